@@ -1,0 +1,105 @@
+// The engine's configuration: every key of SPEC.md §7 (layer, parallelism,
+// offload) plus the training keys, parsed from YAML and `key=value`
+// overrides and validated in one place (src/config/config.cpp). The key
+// table, defaults and rules are documented in docs/config.md.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "moe/dtype.h"
+
+namespace moe {
+
+enum class ScoreFunc { softmax, sigmoid };
+enum class Activation { silu, gelu };  // gelu = tanh approximation
+enum class KernelChoice { reference, fused };
+
+struct Config {
+  // --- the layer (SPEC.md §2) ---
+  int64_t num_experts = 0;          // E (required)
+  int64_t num_experts_per_tok = 0;  // K (required)
+  int64_t emb_dim = 0;              // D (required)
+  int64_t moe_mlp_dim = 0;          // F (required)
+  DType dtype = DType::bf16;        // activations and GEMM inputs: bf16 | f32
+  DType weight_dtype = DType::f32;  // stored weights: f32 | bf16
+  ScoreFunc routed_score_func = ScoreFunc::softmax;
+  bool norm_topk_prob = true;
+  double routed_scaling_factor = 1.0;
+  double load_balance_loss_weight = 0.01;
+  double router_z_loss_weight = 0.0;
+  Activation mlp_activation = Activation::silu;
+  double capacity_factor = -1.0;  // <= 0: dropless
+  bool prefuse_moe_weights = false;
+  bool moe_split_expert_weight_layout = false;
+  KernelChoice moe_permute_kernel = KernelChoice::reference;
+  KernelChoice moe_combine_kernel = KernelChoice::reference;
+  bool float32_weight_sum = true;
+
+  // --- parallelism (SPEC.md §3) ---
+  int64_t data_parallelism = 1;  // one of the three may be -1: "the rest"
+  int64_t fsdp_parallelism = 1;
+  int64_t expert_parallelism = 1;
+  bool shard_exp_on_fsdp = false;
+  bool use_ring_of_experts = false;
+  int64_t num_moe_token_chunks = 1;
+  double ragged_buffer_factor = -1.0;
+
+  // --- offload (SPEC.md §6) ---
+  std::string moe_offload_targets;  // "" | comma list | "all"
+  int64_t side_engine_threads = 1;
+
+  // --- training (`moe train`) ---
+  int64_t num_layers = 2;
+  int64_t steps = 100;
+  int64_t batch_tokens = 256;  // tokens per step (global)
+  double learning_rate = 1e-3;
+  int64_t warmup_steps = 10;
+  double weight_decay = 0.01;
+  double grad_clip = 1.0;  // global-norm clip; <= 0 disables
+  int64_t seed = 0;
+  int64_t teacher_seed = 1;
+  std::string checkpoint_dir;  // "" = no checkpoints
+  int64_t checkpoint_period = 0;
+  std::string metrics_file;  // "" = none
+  int64_t log_period = 10;
+
+  // Compute dtype of expert weights' up projection width: 2F (prefused) or F.
+};
+
+// One resolved key: name, printed value, and where it came from
+// ("default", "file", "override").
+struct ConfigEntry {
+  std::string key;
+  std::string value;
+  std::string source;
+};
+
+struct LoadedConfig {
+  Config config;
+  std::vector<ConfigEntry> table;  // every key, in documentation order
+};
+
+// Parses YAML text (may be empty) then applies `key=value` overrides, and
+// validates. Throws moe::Error listing every problem (one per line), each
+// naming its key; an unknown key names the closest valid one.
+// `origin` names the source in messages (a file path or "<embedded>").
+LoadedConfig parse_config(const std::string& yaml_text, const std::string& origin,
+                          const std::vector<std::string>& overrides);
+// Reads the file, then parse_config. A missing or unreadable file is an error naming it.
+LoadedConfig load_config(const std::string& path, const std::vector<std::string>& overrides);
+
+// Every rule violated by `c` (empty when valid). parse_config calls this; it
+// is public so tests and `moe validate --topology` reuse the same code.
+std::vector<std::string> config_problems(const Config& c);
+
+// Names of every known key (for help text and suggestions).
+const std::vector<std::string>& config_keys();
+
+// Human-readable table "key  value  source" for rank 0 to print.
+std::string format_config_table(const std::vector<ConfigEntry>& table);
+
+}  // namespace moe

@@ -1,0 +1,97 @@
+// Element types of tensors, and exact conversions between them.
+//
+// bf16 rounding is round-to-nearest-even; NaN stays NaN (quiet), infinities
+// stay infinite. f16 is only read from files (converted to f32 on load).
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <optional>
+#include <string_view>
+
+namespace moe {
+
+enum class DType : uint8_t { f32, bf16, f16, i32, i64 };
+
+// Storage types for the two 16-bit float formats: plain bit containers, so
+// arithmetic on them is a compile error rather than a silent integer op.
+struct bf16 {
+  uint16_t bits;
+};
+struct f16 {
+  uint16_t bits;
+};
+
+size_t dtype_size(DType t);
+// Engine spelling used in configs and messages: "f32", "bf16", "f16", "i32", "i64".
+const char* dtype_name(DType t);
+std::optional<DType> dtype_from_name(std::string_view name);
+// safetensors spelling: "F32", "BF16", "F16", "I32", "I64".
+const char* dtype_safetensors_name(DType t);
+std::optional<DType> dtype_from_safetensors_name(std::string_view name);
+bool is_float(DType t);
+
+inline float bits_to_f32(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+inline uint32_t f32_to_bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+
+// Round-to-nearest-even f32 -> bf16.
+inline bf16 to_bf16(float f) {
+  uint32_t u = f32_to_bits(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return bf16{uint16_t((u >> 16) | 0x40u)};  // NaN: keep quiet
+  uint32_t rounding_bias = 0x7fffu + ((u >> 16) & 1u);
+  return bf16{uint16_t((u + rounding_bias) >> 16)};
+}
+inline float to_f32(bf16 h) { return bits_to_f32(uint32_t(h.bits) << 16); }
+// Round a float to the nearest bf16 value, kept in f32.
+inline float round_bf16(float f) { return to_f32(to_bf16(f)); }
+
+float to_f32(f16 h);
+f16 to_f16(float f);
+
+// Compile-time mapping from C++ element type to DType.
+template <class T>
+struct dtype_of;
+template <>
+struct dtype_of<float> {
+  static constexpr DType value = DType::f32;
+};
+template <>
+struct dtype_of<bf16> {
+  static constexpr DType value = DType::bf16;
+};
+template <>
+struct dtype_of<f16> {
+  static constexpr DType value = DType::f16;
+};
+template <>
+struct dtype_of<int32_t> {
+  static constexpr DType value = DType::i32;
+};
+template <>
+struct dtype_of<int64_t> {
+  static constexpr DType value = DType::i64;
+};
+
+// Load/store helpers so templated kernels read any float type as f32.
+inline float load_f32(float v) { return v; }
+inline float load_f32(bf16 v) { return to_f32(v); }
+template <class T>
+inline T store_as(float v);
+template <>
+inline float store_as<float>(float v) {
+  return v;
+}
+template <>
+inline bf16 store_as<bf16>(float v) {
+  return to_bf16(v);
+}
+
+}  // namespace moe

@@ -1,0 +1,64 @@
+// The compute pool: a fixed set of worker threads that run data-parallel
+// loops (expert GEMM tiles, permute/combine rows, router rows).
+//
+// Thread safety: parallel_for may be called from any one thread at a time per
+// pool (the caller joins the work and returns when every chunk is done). A
+// parallel_for issued from inside a pool worker runs serially on that worker,
+// so nested loops never deadlock. The first exception thrown by a chunk is
+// rethrown on the caller after all chunks finished.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace moe {
+
+class ThreadPool {
+ public:
+  // n_threads counts the caller: a pool of n uses n-1 workers plus the caller.
+  explicit ThreadPool(int n_threads);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int size() const { return int(workers_.size()) + 1; }
+
+  // Runs fn(begin, end) over [0, n) split into chunks of at least `grain`
+  // items (about 4 chunks per thread for balance).
+  void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
+
+  // The process-wide compute pool. Its size is MOE_NUM_THREADS if set, else
+  // the hardware concurrency.
+  static ThreadPool& compute();
+
+ private:
+  void worker_loop();
+  void run_chunks();
+
+  std::vector<std::thread> workers_;
+  std::mutex mu_;
+  std::condition_variable cv_work_;
+  std::condition_variable cv_done_;
+  bool stop_ = false;                 // GUARDED_BY(mu_)
+  uint64_t generation_ = 0;           // GUARDED_BY(mu_)
+  int busy_ = 0;                      // GUARDED_BY(mu_)
+  // Current job (valid while busy_ > 0 or the caller runs it).
+  const std::function<void(int64_t, int64_t)>* fn_ = nullptr;
+  int64_t n_ = 0, chunk_ = 1, n_chunks_ = 0;
+  std::atomic<int64_t> next_chunk_{0};
+  std::exception_ptr error_;          // GUARDED_BY(mu_)
+  std::mutex call_mu_;                // serializes parallel_for callers
+};
+
+// Shorthand for ThreadPool::compute().parallel_for.
+inline void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
+  ThreadPool::compute().parallel_for(n, grain, fn);
+}
+
+}  // namespace moe

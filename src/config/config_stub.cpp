@@ -1,0 +1,1 @@
+// Placeholder so the library builds until config.cpp lands; removed then.

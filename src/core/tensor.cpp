@@ -1,0 +1,136 @@
+#include "moe/tensor.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <sstream>
+
+namespace moe {
+
+std::string shape_str(const Shape& s) {
+  std::ostringstream os;
+  os << '[';
+  for (size_t i = 0; i < s.size(); ++i) os << (i ? ", " : "") << s[i];
+  os << ']';
+  return os.str();
+}
+
+int64_t shape_numel(const Shape& s) {
+  int64_t n = 1;
+  for (int64_t d : s) {
+    if (d < 0) fail("shape ", shape_str(s), " has a negative dimension");
+    n *= d;
+  }
+  return n;
+}
+
+namespace {
+std::shared_ptr<std::byte> allocate(size_t bytes) {
+  size_t padded = (bytes + Tensor::kAlign - 1) / Tensor::kAlign * Tensor::kAlign;
+  if (padded == 0) padded = Tensor::kAlign;
+  void* p = std::aligned_alloc(Tensor::kAlign, padded);
+  if (!p) fail("out of memory allocating ", bytes, " bytes");
+  return std::shared_ptr<std::byte>(static_cast<std::byte*>(p), [](std::byte* q) { std::free(q); });
+}
+}  // namespace
+
+Tensor Tensor::empty(DType dtype, Shape shape) {
+  Tensor t;
+  t.dtype_ = dtype;
+  t.numel_ = shape_numel(shape);
+  t.shape_ = std::move(shape);
+  t.storage_ = allocate(t.nbytes());
+  return t;
+}
+
+Tensor::Tensor(DType dtype, Shape shape) {
+  *this = empty(dtype, std::move(shape));
+  std::memset(raw(), 0, nbytes());
+}
+
+Tensor Tensor::scalar_f32(float v) {
+  Tensor t = empty(DType::f32, {});
+  t.data<float>()[0] = v;
+  return t;
+}
+
+Tensor Tensor::clone() const {
+  Tensor t = empty(dtype_, shape_);
+  if (nbytes()) std::memcpy(t.raw(), raw(), nbytes());
+  return t;
+}
+
+float Tensor::get_f32(int64_t i) const {
+  MOE_ASSERT(i >= 0 && i < numel_, "Tensor::get_f32 index out of range");
+  switch (dtype_) {
+    case DType::f32: return data<float>()[i];
+    case DType::bf16: return to_f32(data<bf16>()[i]);
+    case DType::f16: return to_f32(data<f16>()[i]);
+    case DType::i32: return float(data<int32_t>()[i]);
+    case DType::i64: return float(data<int64_t>()[i]);
+  }
+  return 0;
+}
+
+Tensor Tensor::to(DType dtype) const {
+  if (dtype == dtype_) return *this;
+  Tensor out = empty(dtype, shape_);
+  const int64_t n = numel_;
+  if (is_float(dtype_) && is_float(dtype)) {
+    for (int64_t i = 0; i < n; ++i) {
+      float v = get_f32(i);
+      switch (dtype) {
+        case DType::f32: out.data<float>()[i] = v; break;
+        case DType::bf16: out.data<bf16>()[i] = to_bf16(v); break;
+        case DType::f16: out.data<f16>()[i] = to_f16(v); break;
+        default: break;
+      }
+    }
+    return out;
+  }
+  if (dtype_ == DType::i64 && dtype == DType::i32) {
+    for (int64_t i = 0; i < n; ++i) {
+      int64_t v = data<int64_t>()[i];
+      if (v < std::numeric_limits<int32_t>::min() || v > std::numeric_limits<int32_t>::max())
+        fail("cannot convert i64 value ", v, " to i32");
+      out.data<int32_t>()[i] = int32_t(v);
+    }
+    return out;
+  }
+  if (dtype_ == DType::i32 && dtype == DType::i64) {
+    for (int64_t i = 0; i < n; ++i) out.data<int64_t>()[i] = data<int32_t>()[i];
+    return out;
+  }
+  fail("cannot convert a ", dtype_name(dtype_), " tensor to ", dtype_name(dtype));
+}
+
+Tensor Tensor::reshaped(Shape shape) const {
+  if (shape_numel(shape) != numel_)
+    fail("cannot reshape ", shape_str(shape_), " to ", shape_str(shape), ": element counts differ");
+  Tensor t = *this;
+  t.shape_ = std::move(shape);
+  return t;
+}
+
+Tensor Tensor::slice_rows(int64_t begin, int64_t end) const {
+  MOE_ASSERT(ndim() >= 1 && begin >= 0 && begin <= end && end <= shape_[0], "slice_rows out of range");
+  Tensor t = *this;
+  int64_t row = shape_[0] ? numel_ / shape_[0] : 0;
+  t.shape_[0] = end - begin;
+  t.numel_ = row * (end - begin);
+  size_t off = size_t(begin * row) * dtype_size(dtype_);
+  t.storage_ = std::shared_ptr<std::byte>(storage_, storage_.get() + off);
+  return t;
+}
+
+bool Tensor::bit_equal(const Tensor& o) const {
+  return dtype_ == o.dtype_ && shape_ == o.shape_ && (nbytes() == 0 || std::memcmp(raw(), o.raw(), nbytes()) == 0);
+}
+
+void expect_shape(const Tensor& t, const Shape& shape, const std::string& what) {
+  if (t.shape() != shape)
+    fail(what, ": expected shape ", shape_str(shape), ", got ", shape_str(t.shape()));
+}
+
+}  // namespace moe

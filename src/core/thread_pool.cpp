@@ -1,0 +1,103 @@
+#include "moe/thread_pool.h"
+
+#include <algorithm>
+#include <cstdlib>
+
+namespace moe {
+namespace {
+thread_local bool t_in_pool_worker = false;
+}
+
+ThreadPool::ThreadPool(int n_threads) {
+  for (int i = 1; i < std::max(1, n_threads); ++i) workers_.emplace_back([this] { worker_loop(); });
+}
+
+ThreadPool::~ThreadPool() {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    stop_ = true;
+  }
+  cv_work_.notify_all();
+  for (auto& t : workers_) t.join();
+}
+
+ThreadPool& ThreadPool::compute() {
+  static ThreadPool pool([] {
+    if (const char* s = std::getenv("MOE_NUM_THREADS")) {
+      int n = std::atoi(s);
+      if (n > 0) return n;
+    }
+    return int(std::max(1u, std::thread::hardware_concurrency()));
+  }());
+  return pool;
+}
+
+void ThreadPool::run_chunks() {
+  for (;;) {
+    int64_t c = next_chunk_.fetch_add(1);
+    if (c >= n_chunks_) return;
+    int64_t b = c * chunk_, e = std::min(n_, b + chunk_);
+    try {
+      (*fn_)(b, e);
+    } catch (...) {
+      std::lock_guard<std::mutex> lk(mu_);
+      if (!error_) error_ = std::current_exception();
+    }
+  }
+}
+
+void ThreadPool::worker_loop() {
+  t_in_pool_worker = true;
+  uint64_t seen = 0;
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lk(mu_);
+      cv_work_.wait(lk, [&] { return stop_ || generation_ != seen; });
+      if (stop_) return;
+      seen = generation_;
+    }
+    run_chunks();
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      if (--busy_ == 0) cv_done_.notify_all();
+    }
+  }
+}
+
+void ThreadPool::parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
+  if (n <= 0) return;
+  grain = std::max<int64_t>(1, grain);
+  if (workers_.empty() || t_in_pool_worker || n <= grain) {
+    fn(0, n);
+    return;
+  }
+  std::lock_guard<std::mutex> call(call_mu_);
+  int64_t target_chunks = int64_t(size()) * 4;
+  int64_t chunk = std::max(grain, (n + target_chunks - 1) / target_chunks);
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    fn_ = &fn;
+    n_ = n;
+    chunk_ = chunk;
+    n_chunks_ = (n + chunk - 1) / chunk;
+    next_chunk_.store(0);
+    error_ = nullptr;
+    busy_ = int(workers_.size());
+    ++generation_;
+  }
+  cv_work_.notify_all();
+  bool was = t_in_pool_worker;
+  t_in_pool_worker = true;  // nested loops from fn on the caller run serially too
+  run_chunks();
+  t_in_pool_worker = was;
+  std::exception_ptr err;
+  {
+    std::unique_lock<std::mutex> lk(mu_);
+    cv_done_.wait(lk, [&] { return busy_ == 0; });
+    fn_ = nullptr;
+    err = error_;
+  }
+  if (err) std::rethrow_exception(err);
+}
+
+}  // namespace moe

@@ -1,0 +1,57 @@
+// Grouped GEMM kernels (megablox gmm / tgmm on CPUs). SPEC.md §2 step 5.
+//
+// Rows of `lhs` are grouped: group g owns rows [offset[g], offset[g] +
+// group_sizes[g]) with offset = exclusive cumsum of group_sizes (groups may
+// be empty). `rhs` holds the weights of n_local = rhs groups starting at
+// global group `group_offset` (n_local == G for a plain call; the split
+// layout calls twice with half the experts each).
+//
+// Contract shared by every implementation (reference twin and fast ones):
+//  - accumulation is f32; inputs are f32 or bf16 (lhs and rhs the same type);
+//    outputs are rounded (RNE) to the output type once, at the end.
+//  - only rows of local groups are written by gmm / gmm_dlhs; other rows are
+//    left untouched (callers zero-fill the rest, or chain two calls into one
+//    shared output buffer).
+//  - ROW INDEPENDENCE: out[r] depends only on lhs[r], the weights of r's group,
+//    and the sizes (Kc, N): never on which other rows are in the call, M, or
+//    r's position. Expert parallelism and the split layout rely on it for
+//    bit-exact results. drhs[g] depends only on the rows of group g (in order).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "moe/tensor.h"
+
+namespace moe {
+
+struct GroupLayout {
+  std::vector<int64_t> sizes;    // [G] rows per global group
+  std::vector<int64_t> offsets;  // [G+1] exclusive cumsum; offsets[G] = total rows in groups
+  static GroupLayout from_sizes(const std::vector<int64_t>& sizes);
+  int64_t num_groups() const { return int64_t(sizes.size()); }
+  int64_t total() const { return offsets.back(); }
+};
+
+// out[M, N] (rows of local groups) = lhs[M, Kc] @ rhs[g - group_offset]  rhs: [n_local, Kc, N]
+// out dtype: f32 or the lhs dtype.
+void gmm(const Tensor& lhs, const Tensor& rhs, const GroupLayout& groups, int64_t group_offset, Tensor& out);
+
+// dlhs[M, Kc] (rows of local groups) = dout[M, N] @ rhs[g]^T, reading rhs [n_local, Kc, N] transposed in place.
+void gmm_dlhs(const Tensor& dout, const Tensor& rhs, const GroupLayout& groups, int64_t group_offset,
+              Tensor& dlhs);
+
+// drhs[n_local, Kc, N] (f32) = for each local group g: lhs[rows g]^T @ dout[rows g]; zero for an empty group.
+void gmm_drhs(const Tensor& lhs, const Tensor& dout, const GroupLayout& groups, int64_t group_offset,
+              Tensor& drhs);
+
+namespace reference {
+// Plain loops with the same contract: the spec every fast kernel is tested against.
+void gmm(const Tensor& lhs, const Tensor& rhs, const GroupLayout& groups, int64_t group_offset, Tensor& out);
+void gmm_dlhs(const Tensor& dout, const Tensor& rhs, const GroupLayout& groups, int64_t group_offset,
+              Tensor& dlhs);
+void gmm_drhs(const Tensor& lhs, const Tensor& dout, const GroupLayout& groups, int64_t group_offset,
+              Tensor& drhs);
+}  // namespace reference
+
+}  // namespace moe

@@ -1,0 +1,64 @@
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cmath>
+
+#include "moe/tensor.h"
+#include "moe/thread_pool.h"
+
+namespace moe {
+
+TEST(DType, Bf16RoundsToNearestEven) {
+  // 1 + 2^-8 is exactly halfway between bf16 1.0 and 1 + 2^-7: ties go to even (1.0).
+  EXPECT_EQ(to_bf16(1.0f + std::ldexp(1.0f, -8)).bits, to_bf16(1.0f).bits);
+  // 1 + 3*2^-8 is halfway between 1+2^-7 (odd) and 1+2^-6 (even): rounds up.
+  EXPECT_EQ(to_f32(to_bf16(1.0f + 3 * std::ldexp(1.0f, -8))), 1.0f + std::ldexp(1.0f, -6));
+  EXPECT_EQ(to_f32(to_bf16(-2.5f)), -2.5f);
+  EXPECT_TRUE(std::isnan(to_f32(to_bf16(NAN))));
+  EXPECT_TRUE(std::isinf(to_f32(to_bf16(INFINITY))));
+  // The largest finite float rounds up to infinity in bf16.
+  EXPECT_TRUE(std::isinf(to_f32(to_bf16(3.4028235e38f))));
+}
+
+TEST(DType, F16RoundTrip) {
+  for (float v : {0.0f, 1.0f, -2.5f, 65504.0f, 6.103515625e-05f, 5.960464477539063e-08f, 0.333251953125f})
+    EXPECT_EQ(to_f32(to_f16(v)), v) << v;
+  EXPECT_TRUE(std::isinf(to_f32(to_f16(1e6f))));
+}
+
+TEST(Tensor, ShapeCloneReshapeSlice) {
+  Tensor t(DType::f32, {3, 4});
+  EXPECT_EQ(t.numel(), 12);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(t.raw()) % Tensor::kAlign, 0u);
+  for (int i = 0; i < 12; ++i) t.data<float>()[i] = float(i);
+  Tensor s = t.slice_rows(1, 3);
+  EXPECT_EQ(s.shape(), (Shape{2, 4}));
+  EXPECT_EQ(s.data<float>()[0], 4.0f);
+  Tensor c = t.clone();
+  c.data<float>()[0] = 99;
+  EXPECT_EQ(t.data<float>()[0], 0.0f);
+  EXPECT_THROW(t.reshaped({5, 2}), Error);
+  Tensor b = t.to(DType::bf16).to(DType::f32);
+  EXPECT_TRUE(b.bit_equal(t));
+}
+
+TEST(ThreadPool, CoversRangeOnceAndRethrows) {
+  ThreadPool pool(3);
+  std::vector<std::atomic<int>> hits(1000);
+  pool.parallel_for(1000, 7, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) hits[size_t(i)]++;
+  });
+  for (auto& h : hits) EXPECT_EQ(h.load(), 1);
+  EXPECT_THROW(pool.parallel_for(100, 1, [](int64_t b, int64_t) {
+    if (b >= 50) throw Error("boom");
+  }),
+               Error);
+  // The pool still works after an error, and nested loops run serially.
+  std::atomic<int> total{0};
+  pool.parallel_for(10, 1, [&](int64_t b, int64_t e) {
+    pool.parallel_for(10, 1, [&](int64_t b2, int64_t e2) { total += int((e - b) * (e2 - b2)); });
+  });
+  EXPECT_EQ(total.load(), 100);
+}
+
+}  // namespace moe

@@ -1,0 +1,24 @@
+// Subcommand registry of the moe CLI. Each cmd_*.cpp defines one add_*()
+// that adds its subcommand (options, help, callback) to the app.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace moe::cli {
+
+void add_init(CLI::App& app);
+void add_step(CLI::App& app);
+void add_validate(CLI::App& app);
+
+inline void register_all(CLI::App& app) {
+  add_init(app);
+  add_step(app);
+  add_validate(app);
+}
+
+// Exit status set by a command that finished without throwing but must still
+// report failure (e.g. validate found problems, check missed a bound).
+int exit_code();
+void set_exit_code(int code);
+
+}  // namespace moe::cli
