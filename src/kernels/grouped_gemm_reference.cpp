@@ -1,0 +1,191 @@
+// Reference twin of the grouped GEMM kernels: plain loops, f32 accumulation in
+// index order. Multi-threaded over rows (forward, dlhs) or over (group, Kc)
+// rows of the weight gradient; each output element is one sequential sum, so
+// the result does not depend on the thread count.
+#include "kernels/grouped_gemm.h"
+
+#include <cstring>
+
+#include "moe/thread_pool.h"
+
+namespace moe {
+
+GroupLayout GroupLayout::from_sizes(const std::vector<int64_t>& sizes) {
+  GroupLayout g;
+  g.sizes = sizes;
+  g.offsets.assign(sizes.size() + 1, 0);
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    MOE_ASSERT(sizes[i] >= 0, "negative group size");
+    g.offsets[i + 1] = g.offsets[i] + sizes[i];
+  }
+  return g;
+}
+
+namespace {
+
+// Checks shared by all three ops. Returns n_local.
+int64_t check_groups(const char* op, const GroupLayout& groups, int64_t group_offset, const Tensor& rhs_like,
+                     int64_t rows) {
+  int64_t n_local = rhs_like.dim(0);
+  if (group_offset < 0 || group_offset + n_local > groups.num_groups())
+    fail("[", op, "] local groups [", group_offset, ", ", group_offset + n_local, ") outside the ",
+         groups.num_groups(), " groups");
+  if (groups.total() > rows) fail("[", op, "] groups hold ", groups.total(), " rows but the input has ", rows);
+  return n_local;
+}
+
+template <class In, class Out>
+void gmm_rows(const In* lhs, const In* rhs, Out* out, int64_t Kc, int64_t N, int64_t row_begin, int64_t row_end) {
+  std::vector<float> acc(static_cast<size_t>(N));
+  for (int64_t r = row_begin; r < row_end; ++r) {
+    std::fill(acc.begin(), acc.end(), 0.0f);
+    for (int64_t k = 0; k < Kc; ++k) {
+      float a = load_f32(lhs[r * Kc + k]);
+      const In* w = rhs + k * N;
+      for (int64_t n = 0; n < N; ++n) acc[size_t(n)] += a * load_f32(w[n]);
+    }
+    for (int64_t n = 0; n < N; ++n) out[r * N + n] = store_as<Out>(acc[size_t(n)]);
+  }
+}
+
+template <class In, class Out>
+void dlhs_rows(const In* dout, const In* rhs, Out* dlhs, int64_t Kc, int64_t N, int64_t row_begin,
+               int64_t row_end) {
+  for (int64_t r = row_begin; r < row_end; ++r) {
+    for (int64_t k = 0; k < Kc; ++k) {
+      float acc = 0.0f;
+      const In* w = rhs + k * N;
+      for (int64_t n = 0; n < N; ++n) acc += load_f32(dout[r * N + n]) * load_f32(w[n]);
+      dlhs[r * Kc + k] = store_as<Out>(acc);
+    }
+  }
+}
+
+// Runs body(g, local_g, row_begin, row_end) over every row of every local group, in parallel.
+template <class Body>
+void for_local_rows(const GroupLayout& groups, int64_t group_offset, int64_t n_local, const Body& body) {
+  int64_t begin = groups.offsets[size_t(group_offset)], end = groups.offsets[size_t(group_offset + n_local)];
+  parallel_for(end - begin, 16, [&](int64_t b, int64_t e) {
+    int64_t r = begin + b, stop = begin + e;
+    int64_t g = group_offset;
+    while (r < stop) {
+      while (groups.offsets[size_t(g + 1)] <= r) ++g;
+      int64_t seg_end = std::min(stop, groups.offsets[size_t(g + 1)]);
+      body(g, g - group_offset, r, seg_end);
+      r = seg_end;
+    }
+  });
+}
+
+template <class In, class Out>
+void gmm_typed(const Tensor& lhs, const Tensor& rhs, const GroupLayout& groups, int64_t goff, Tensor& out) {
+  int64_t Kc = lhs.dim(1), N = rhs.dim(2), n_local = rhs.dim(0);
+  const In* L = lhs.data<In>();
+  const In* W = rhs.data<In>();
+  Out* O = out.data<Out>();
+  for_local_rows(groups, goff, n_local, [&](int64_t, int64_t lg, int64_t b, int64_t e) {
+    gmm_rows<In, Out>(L, W + lg * Kc * N, O, Kc, N, b, e);
+  });
+}
+
+template <class In, class Out>
+void dlhs_typed(const Tensor& dout, const Tensor& rhs, const GroupLayout& groups, int64_t goff, Tensor& dlhs) {
+  int64_t Kc = rhs.dim(1), N = rhs.dim(2), n_local = rhs.dim(0);
+  const In* D = dout.data<In>();
+  const In* W = rhs.data<In>();
+  Out* O = dlhs.data<Out>();
+  for_local_rows(groups, goff, n_local, [&](int64_t, int64_t lg, int64_t b, int64_t e) {
+    dlhs_rows<In, Out>(D, W + lg * Kc * N, O, Kc, N, b, e);
+  });
+}
+
+template <class In>
+void drhs_typed(const Tensor& lhs, const Tensor& dout, const GroupLayout& groups, int64_t goff, Tensor& drhs) {
+  int64_t Kc = lhs.dim(1), N = dout.dim(1), n_local = drhs.dim(0);
+  const In* L = lhs.data<In>();
+  const In* D = dout.data<In>();
+  float* G = drhs.data<float>();
+  // One task per (local group, k): a row of the weight gradient.
+  parallel_for(n_local * Kc, 4, [&](int64_t b, int64_t e) {
+    std::vector<float> acc(static_cast<size_t>(N));
+    for (int64_t i = b; i < e; ++i) {
+      int64_t lg = i / Kc, k = i % Kc;
+      std::fill(acc.begin(), acc.end(), 0.0f);
+      for (int64_t r = groups.offsets[size_t(goff + lg)]; r < groups.offsets[size_t(goff + lg + 1)]; ++r) {
+        float a = load_f32(L[r * Kc + k]);
+        for (int64_t n = 0; n < N; ++n) acc[size_t(n)] += a * load_f32(D[r * N + n]);
+      }
+      std::memcpy(G + (lg * Kc + k) * N, acc.data(), size_t(N) * sizeof(float));
+    }
+  });
+}
+
+void check_float_pair(const char* op, const Tensor& a, const Tensor& b) {
+  if (a.dtype() != b.dtype() || (a.dtype() != DType::f32 && a.dtype() != DType::bf16))
+    fail("[", op, "] inputs must both be f32 or both bf16, got ", dtype_name(a.dtype()), " and ",
+         dtype_name(b.dtype()));
+}
+
+}  // namespace
+
+namespace reference {
+
+void gmm(const Tensor& lhs, const Tensor& rhs, const GroupLayout& groups, int64_t goff, Tensor& out) {
+  check_float_pair("gmm", lhs, rhs);
+  if (lhs.ndim() != 2 || rhs.ndim() != 3 || rhs.dim(1) != lhs.dim(1))
+    fail("[gmm] expected lhs [M, Kc] and rhs [G, Kc, N], got ", shape_str(lhs.shape()), " and ",
+         shape_str(rhs.shape()));
+  check_groups("gmm", groups, goff, rhs, lhs.dim(0));
+  expect_shape(out, {lhs.dim(0), rhs.dim(2)}, "[gmm] out");
+  bool bf = lhs.dtype() == DType::bf16;
+  if (out.dtype() == DType::f32)
+    bf ? gmm_typed<bf16, float>(lhs, rhs, groups, goff, out) : gmm_typed<float, float>(lhs, rhs, groups, goff, out);
+  else if (out.dtype() == DType::bf16 && bf)
+    gmm_typed<bf16, bf16>(lhs, rhs, groups, goff, out);
+  else
+    fail("[gmm] output dtype must be f32 or the input dtype");
+}
+
+void gmm_dlhs(const Tensor& dout, const Tensor& rhs, const GroupLayout& groups, int64_t goff, Tensor& dlhs) {
+  check_float_pair("gmm_dlhs", dout, rhs);
+  if (dout.ndim() != 2 || rhs.ndim() != 3 || rhs.dim(2) != dout.dim(1))
+    fail("[gmm_dlhs] expected dout [M, N] and rhs [G, Kc, N], got ", shape_str(dout.shape()), " and ",
+         shape_str(rhs.shape()));
+  check_groups("gmm_dlhs", groups, goff, rhs, dout.dim(0));
+  expect_shape(dlhs, {dout.dim(0), rhs.dim(1)}, "[gmm_dlhs] dlhs");
+  bool bf = dout.dtype() == DType::bf16;
+  if (dlhs.dtype() == DType::f32)
+    bf ? dlhs_typed<bf16, float>(dout, rhs, groups, goff, dlhs)
+       : dlhs_typed<float, float>(dout, rhs, groups, goff, dlhs);
+  else if (dlhs.dtype() == DType::bf16 && bf)
+    dlhs_typed<bf16, bf16>(dout, rhs, groups, goff, dlhs);
+  else
+    fail("[gmm_dlhs] output dtype must be f32 or the input dtype");
+}
+
+void gmm_drhs(const Tensor& lhs, const Tensor& dout, const GroupLayout& groups, int64_t goff, Tensor& drhs) {
+  check_float_pair("gmm_drhs", lhs, dout);
+  if (lhs.ndim() != 2 || dout.ndim() != 2 || lhs.dim(0) != dout.dim(0) || drhs.ndim() != 3)
+    fail("[gmm_drhs] expected lhs [M, Kc], dout [M, N], drhs [G, Kc, N], got ", shape_str(lhs.shape()), ", ",
+         shape_str(dout.shape()), ", ", shape_str(drhs.shape()));
+  check_groups("gmm_drhs", groups, goff, drhs, lhs.dim(0));
+  expect_shape(drhs, {drhs.dim(0), lhs.dim(1), dout.dim(1)}, "[gmm_drhs] drhs");
+  if (drhs.dtype() != DType::f32) fail("[gmm_drhs] drhs must be f32");
+  lhs.dtype() == DType::bf16 ? drhs_typed<bf16>(lhs, dout, groups, goff, drhs)
+                             : drhs_typed<float>(lhs, dout, groups, goff, drhs);
+}
+
+}  // namespace reference
+
+// Until the fast kernels land, the public entry points are the reference.
+void gmm(const Tensor& lhs, const Tensor& rhs, const GroupLayout& g, int64_t o, Tensor& out) {
+  reference::gmm(lhs, rhs, g, o, out);
+}
+void gmm_dlhs(const Tensor& dout, const Tensor& rhs, const GroupLayout& g, int64_t o, Tensor& dlhs) {
+  reference::gmm_dlhs(dout, rhs, g, o, dlhs);
+}
+void gmm_drhs(const Tensor& lhs, const Tensor& dout, const GroupLayout& g, int64_t o, Tensor& drhs) {
+  reference::gmm_drhs(lhs, dout, g, o, drhs);
+}
+
+}  // namespace moe
