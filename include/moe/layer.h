@@ -1,0 +1,76 @@
+// The routed MoE layer on one process: forward and backward (SPEC.md §2).
+//
+// Data flow of one step: router (logits, scores, top-k) -> aux losses ->
+// routing index math (sort by expert, group sizes, inverse) -> permute ->
+// expert FFN (grouped GEMM up, gated activation, grouped GEMM down) ->
+// combine. The backward runs the adjoints in reverse.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "moe/config.h"
+#include "moe/tensor.h"
+
+namespace moe {
+
+// Parameters of one layer, in their stored dtype (weight_dtype or the file's
+// own). Unused fields stay undefined: wi_0/wi_1 without prefuse, wi with it.
+struct LayerWeights {
+  Tensor router;  // router.kernel [D, E] (router math is f32)
+  Tensor wi_0;    // experts.wi_0 [E, D, F]
+  Tensor wi_1;    // experts.wi_1 [E, D, F]
+  Tensor wi;      // experts.wi [E, D, 2F], or [2, E, D/2, 2F] in the split layout
+  Tensor wo;      // experts.wo [E, F, D]
+
+  // Visits (SPEC name, tensor) for every weight the config uses, in file order.
+  void for_each(const Config& cfg, const std::function<void(const std::string&, Tensor&)>& fn);
+  void for_each(const Config& cfg, const std::function<void(const std::string&, const Tensor&)>& fn) const;
+};
+
+// SPEC names and shapes of the weights a config uses, in file order.
+std::vector<std::pair<std::string, Shape>> weight_shapes(const Config& cfg);
+
+// Random weights: N(0, 1/fan_in) per element from a counter-based generator
+// keyed by (seed, name, index), so any shard of a tensor can be generated alone.
+LayerWeights init_weights(const Config& cfg, uint64_t seed);
+
+// Builds weights from a lookup of named tensors (e.g. a safetensors file),
+// checking every name, shape and dtype against the config; `prefix` is
+// prepended to names ("layers.3."). Errors name `origin` and the tensor.
+LayerWeights weights_from(const Config& cfg, const std::function<const Tensor*(const std::string&)>& lookup,
+                          const std::string& prefix, const std::string& origin);
+
+// Everything the backward needs, plus the forward's outputs.
+struct LayerForward;
+struct LayerForwardDeleter {
+  void operator()(LayerForward* p) const;
+};
+using LayerForwardPtr = std::unique_ptr<LayerForward, LayerForwardDeleter>;
+
+struct LayerOutputs {
+  Tensor y;             // [T, D] dtype
+  Tensor topk_idx;      // [T, K] i32
+  Tensor topk_weights;  // [T, K] f32
+  Tensor group_sizes;   // [E] i32 rows kept per expert
+  float load_balance_loss = 0.0f;  // already weighted
+  float z_loss = 0.0f;             // already weighted
+  int64_t dropped = 0;             // slots dropped by capacity
+};
+
+struct LayerGrads {
+  Tensor dx;             // [T, D] f32
+  LayerWeights weights;  // f32, same names and shapes as the weights
+};
+
+// x: [T, D] any float dtype (cast to cfg.dtype); forced_idx: optional [T, K] i32.
+LayerForwardPtr layer_forward(const Config& cfg, const LayerWeights& w, const Tensor& x, const Tensor* forced_idx,
+                              LayerOutputs& out);
+
+// Backward of L = sum(y * dy) + the weighted aux losses. dy: [T, D] any float dtype.
+LayerGrads layer_backward(const Config& cfg, const LayerForward& fwd, const Tensor& dy);
+
+}  // namespace moe

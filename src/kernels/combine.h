@@ -1,0 +1,18 @@
+// Combine: expert outputs back to tokens, weighted (SPEC.md §2 step 6, §4).
+#pragma once
+
+#include "moe/tensor.h"
+#include "route/routing.h"
+
+namespace moe::reference {
+
+// y [T, D] = sum_k w[t, k] * ys[inv[t*K+k]] summed in slot order k = 0..K-1, in
+// f32 (f32_sum) or rounding to y's dtype after every add; cast to y's dtype.
+// Unsorts ys into a [R, D] copy first. ys, y: dtype; w: [T, K] f32.
+void combine(const Tensor& ys, const Tensor& w, const Routing& rt, bool f32_sum, Tensor& y);
+
+// dys [R, D] (dtype) = w[t, k] * dy[t] at row inv[t*K+k]; dw [T, K] f32 = <dy[t], ys[inv[t*K+k]]>.
+void combine_backward(const Tensor& dy, const Tensor& ys, const Tensor& w, const Routing& rt, Tensor& dys,
+                      Tensor& dw);
+
+}  // namespace moe::reference

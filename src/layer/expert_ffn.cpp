@@ -1,0 +1,127 @@
+#include "layer/expert_ffn.h"
+
+#include "kernels/activation.h"
+#include "moe/thread_pool.h"
+
+namespace moe {
+
+FfnWeights ffn_weights(const Config& cfg, const LayerWeights& lw) {
+  const int64_t E = cfg.num_experts, D = cfg.emb_dim, F = cfg.moe_mlp_dim;
+  FfnWeights w;
+  w.prefused = cfg.prefuse_moe_weights;
+  w.split = cfg.moe_split_expert_weight_layout;
+  if (w.prefused) {
+    w.wi = lw.wi.to(cfg.dtype).reshaped({E, D, 2 * F});
+  } else {
+    w.wi_0 = lw.wi_0.to(cfg.dtype);
+    w.wi_1 = lw.wi_1.to(cfg.dtype);
+  }
+  w.wo = lw.wo.to(cfg.dtype);
+  return w;
+}
+
+namespace {
+
+// Expert halves [0, E/2) and [E/2, E) of an [E, ...] tensor (storage shared).
+std::pair<Tensor, Tensor> halves(const Tensor& t) {
+  int64_t half = t.dim(0) / 2;
+  return {t.slice_rows(0, half), t.slice_rows(half, t.dim(0))};
+}
+
+// Up projection with the fused weight: one grouped GEMM, or in the split
+// layout two chained ones (experts [0, E/2) then [E/2, E)) into the same h.
+void up_fused(const FfnWeights& w, const Tensor& xs, const GroupLayout& g, Tensor& h) {
+  if (!w.split) return gmm(xs, w.wi, g, 0, h);
+  auto [lo, hi] = halves(w.wi);
+  gmm(xs, lo, g, 0, h);
+  gmm(xs, hi, g, lo.dim(0), h);
+}
+
+void dlhs_fused(const FfnWeights& w, const Tensor& dh, const GroupLayout& g, Tensor& dxs) {
+  if (!w.split) return gmm_dlhs(dh, w.wi, g, 0, dxs);
+  auto [lo, hi] = halves(w.wi);
+  gmm_dlhs(dh, lo, g, 0, dxs);
+  gmm_dlhs(dh, hi, g, lo.dim(0), dxs);
+}
+
+// Each half's gradient is produced directly into its slice of dwi [E, D, 2F].
+void drhs_fused(const FfnWeights& w, const Tensor& xs, const Tensor& dh, const GroupLayout& g, Tensor& dwi) {
+  if (!w.split) return gmm_drhs(xs, dh, g, 0, dwi);
+  auto [lo, hi] = halves(dwi);
+  gmm_drhs(xs, dh, g, 0, lo);
+  gmm_drhs(xs, dh, g, lo.dim(0), hi);
+}
+
+// dst = round(a + b) over all elements (a, b f32; dst dtype).
+void add_round(const Tensor& a, const Tensor& b, Tensor& dst) {
+  parallel_for(a.numel(), 4096, [&](int64_t s, int64_t e) {
+    const float* A = a.data<float>();
+    const float* B = b.data<float>();
+    if (dst.dtype() == DType::bf16)
+      for (int64_t i = s; i < e; ++i) dst.data<bf16>()[i] = to_bf16(A[i] + B[i]);
+    else
+      for (int64_t i = s; i < e; ++i) dst.data<float>()[i] = A[i] + B[i];
+  });
+}
+
+}  // namespace
+
+FfnActivations ffn_forward(const Config& cfg, const FfnWeights& w, const Tensor& xs, const GroupLayout& g) {
+  const int64_t R = xs.dim(0), F = cfg.moe_mlp_dim, D = cfg.emb_dim;
+  const DType dt = cfg.dtype;
+  FfnActivations act;
+  RowView v0, v1;
+  if (w.prefused) {
+    act.h = Tensor(dt, {R, 2 * F});
+    up_fused(w, xs, g, act.h);
+    v0 = {act.h, 0, 2 * F};
+    v1 = {act.h, F, 2 * F};
+  } else {
+    act.h0 = Tensor(dt, {R, F});
+    act.h1 = Tensor(dt, {R, F});
+    gmm(xs, w.wi_0, g, 0, act.h0);
+    gmm(xs, w.wi_1, g, 0, act.h1);
+    v0 = {act.h0, 0, F};
+    v1 = {act.h1, 0, F};
+  }
+  act.a = Tensor(dt, {R, F});
+  gated_act_forward(cfg.mlp_activation, v0, v1, g.total(), F, act.a);
+  act.ys = Tensor(dt, {R, D});
+  gmm(act.a, w.wo, g, 0, act.ys);
+  return act;
+}
+
+Tensor ffn_backward(const Config& cfg, const FfnWeights& w, const Tensor& xs, const FfnActivations& act,
+                    const Tensor& dys, const GroupLayout& g, LayerWeights& grads) {
+  const int64_t R = xs.dim(0), F = cfg.moe_mlp_dim, D = cfg.emb_dim, E = cfg.num_experts;
+  const DType dt = cfg.dtype;
+  grads.wo = Tensor(DType::f32, {E, F, D});
+  gmm_drhs(act.a, dys, g, 0, grads.wo);
+  Tensor da(dt, {R, F});
+  gmm_dlhs(dys, w.wo, g, 0, da);
+  Tensor dxs(dt, {R, D});
+  if (w.prefused) {
+    Tensor dh(dt, {R, 2 * F});
+    gated_act_backward(cfg.mlp_activation, {act.h, 0, 2 * F}, {act.h, F, 2 * F}, da, g.total(), F, {dh, 0, 2 * F},
+                       {dh, F, 2 * F});
+    Tensor dwi(DType::f32, {E, D, 2 * F});
+    drhs_fused(w, xs, dh, g, dwi);
+    grads.wi = w.split ? dwi.reshaped({2, E, D / 2, 2 * F}) : dwi;
+    dlhs_fused(w, dh, g, dxs);
+    return dxs;
+  }
+  Tensor dh0(dt, {R, F}), dh1(dt, {R, F});
+  gated_act_backward(cfg.mlp_activation, {act.h0, 0, F}, {act.h1, 0, F}, da, g.total(), F, {dh0, 0, F},
+                     {dh1, 0, F});
+  grads.wi_0 = Tensor(DType::f32, {E, D, F});
+  grads.wi_1 = Tensor(DType::f32, {E, D, F});
+  gmm_drhs(xs, dh0, g, 0, grads.wi_0);
+  gmm_drhs(xs, dh1, g, 0, grads.wi_1);
+  Tensor p0(DType::f32, {R, D}), p1(DType::f32, {R, D});
+  gmm_dlhs(dh0, w.wi_0, g, 0, p0);
+  gmm_dlhs(dh1, w.wi_1, g, 0, p1);
+  add_round(p0, p1, dxs);
+  return dxs;
+}
+
+}  // namespace moe

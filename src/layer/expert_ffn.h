@@ -1,0 +1,35 @@
+// The expert FFN on expert-sorted rows (SPEC.md §2 step 5, §5):
+//   h = xs @ wi (per group), a = act(h0) * h1, ys = a @ wo (per group),
+// with separate wi_0/wi_1, prefused wi, or the split layout (two chained
+// grouped GEMMs over the two expert halves into one shared buffer).
+#pragma once
+
+#include "kernels/grouped_gemm.h"
+#include "moe/config.h"
+#include "moe/layer.h"
+
+namespace moe {
+
+// Expert weights cast to the compute dtype. In the split layout `wi` is the
+// [E, D, 2F] view of the stored [2, E, D/2, 2F] tensor (a pure reshape).
+struct FfnWeights {
+  Tensor wi_0, wi_1, wi, wo;
+  bool prefused = false, split = false;
+};
+FfnWeights ffn_weights(const Config& cfg, const LayerWeights& w);
+
+struct FfnActivations {
+  Tensor h;       // [R, 2F] prefused; else undefined
+  Tensor h0, h1;  // [R, F] separate weights; else undefined
+  Tensor a;       // [R, F]
+  Tensor ys;      // [R, D]
+};
+
+// xs: [R, D] dtype. Rows past groups.total() of every output are zero.
+FfnActivations ffn_forward(const Config& cfg, const FfnWeights& w, const Tensor& xs, const GroupLayout& groups);
+
+// dys: [R, D] dtype. Returns dxs [R, D] dtype; writes f32 weight gradients into grads (names as LayerWeights).
+Tensor ffn_backward(const Config& cfg, const FfnWeights& w, const Tensor& xs, const FfnActivations& act,
+                    const Tensor& dys, const GroupLayout& groups, LayerWeights& grads);
+
+}  // namespace moe

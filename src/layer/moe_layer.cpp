@@ -1,0 +1,86 @@
+// Composition of one layer step: route -> sort -> permute -> FFN -> combine,
+// and the adjoints in reverse order.
+#include "kernels/combine.h"
+#include "kernels/permute.h"
+#include "layer/expert_ffn.h"
+#include "moe/layer.h"
+#include "route/aux_loss.h"
+#include "route/router.h"
+#include "route/routing.h"
+
+namespace moe {
+
+struct LayerForward {
+  Tensor x;  // [T, D] dtype
+  Tensor router_kernel;  // [D, E] f32
+  RouterOutput router;
+  Routing routing;
+  AuxStats aux;
+  FfnWeights ffn_w;
+  Tensor xs;  // [R, D]
+  FfnActivations ffn;
+};
+
+void LayerForwardDeleter::operator()(LayerForward* p) const { delete p; }
+
+namespace {
+void check_tokens(const Config& cfg, const Tensor& t, const char* what) {
+  if (t.ndim() != 2 || t.dim(1) != cfg.emb_dim)
+    fail(what, ": expected shape [T, ", cfg.emb_dim, "] (emb_dim = ", cfg.emb_dim, "), got ", shape_str(t.shape()));
+  if (!is_float(t.dtype())) fail(what, ": expected a float dtype, got ", dtype_name(t.dtype()));
+}
+
+Tensor group_sizes_i32(const GroupLayout& g) {
+  Tensor t = Tensor::empty(DType::i32, {g.num_groups()});
+  for (int64_t e = 0; e < g.num_groups(); ++e) t.data<int32_t>()[e] = int32_t(g.sizes[size_t(e)]);
+  return t;
+}
+}  // namespace
+
+LayerForwardPtr layer_forward(const Config& cfg, const LayerWeights& w, const Tensor& x_in, const Tensor* forced,
+                              LayerOutputs& out) {
+  check_tokens(cfg, x_in, "x");
+  LayerForwardPtr f(new LayerForward);
+  f->x = x_in.to(cfg.dtype);
+  const int64_t T = f->x.dim(0), K = cfg.num_experts_per_tok, E = cfg.num_experts, D = cfg.emb_dim;
+  f->router_kernel = w.router.to(DType::f32);
+  f->router = router_forward(cfg, f->x, f->router_kernel, forced);
+  int64_t cap = expert_capacity(T, K, E, cfg.capacity_factor);
+  f->routing = compute_routing(f->router.topk_idx.data<int32_t>(), T, K, E, cap);
+  f->aux = aux_stats(f->router.logits, f->routing.routed_counts);
+  f->ffn_w = ffn_weights(cfg, w);
+  f->xs = Tensor::empty(cfg.dtype, {T * K, D});
+  reference::permute(f->x, f->routing, f->xs);
+  f->ffn = ffn_forward(cfg, f->ffn_w, f->xs, f->routing.groups);
+  out.y = Tensor::empty(cfg.dtype, {T, D});
+  reference::combine(f->ffn.ys, f->router.topk_weights, f->routing, cfg.float32_weight_sum, out.y);
+  out.topk_idx = f->router.topk_idx;
+  out.topk_weights = f->router.topk_weights;
+  out.group_sizes = group_sizes_i32(f->routing.groups);
+  AuxLosses aux = aux_losses(cfg, f->aux);
+  out.load_balance_loss = aux.load_balance;
+  out.z_loss = aux.z_loss;
+  out.dropped = f->routing.dropped;
+  return f;
+}
+
+LayerGrads layer_backward(const Config& cfg, const LayerForward& f, const Tensor& dy_in) {
+  check_tokens(cfg, dy_in, "dy");
+  if (dy_in.dim(0) != f.x.dim(0)) fail("dy: expected ", f.x.dim(0), " tokens like x, got ", dy_in.dim(0));
+  const Tensor dy = dy_in.to(cfg.dtype);
+  const int64_t T = f.x.dim(0), K = cfg.num_experts_per_tok, D = cfg.emb_dim;
+  LayerGrads g;
+  Tensor dys = Tensor::empty(cfg.dtype, {T * K, D});
+  Tensor dW = Tensor::empty(DType::f32, {T, K});
+  reference::combine_backward(dy, f.ffn.ys, f.router.topk_weights, f.routing, dys, dW);
+  Tensor dxs = ffn_backward(cfg, f.ffn_w, f.xs, f.ffn, dys, f.routing.groups, g.weights);
+  g.dx = Tensor::empty(DType::f32, {T, D});
+  reference::permute_backward(dxs, f.routing, g.dx);
+  Tensor dz = router_weights_backward(cfg, f.router, dW);
+  aux_backward(cfg, f.router.logits, f.aux, dz);
+  g.weights.router = Tensor(DType::f32, f.router_kernel.shape());
+  router_matmul_backward(f.x, f.router_kernel, dz, g.weights.router, g.dx);
+  return g;
+}
+
+}  // namespace moe

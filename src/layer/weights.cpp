@@ -1,0 +1,110 @@
+#include <cmath>
+
+#include "moe/layer.h"
+
+namespace moe {
+
+namespace {
+struct Slot {
+  const char* name;
+  Tensor LayerWeights::*field;
+};
+
+std::vector<Slot> slots(const Config& cfg) {
+  std::vector<Slot> s{{"router.kernel", &LayerWeights::router}};
+  if (cfg.prefuse_moe_weights) {
+    s.push_back({"experts.wi", &LayerWeights::wi});
+  } else {
+    s.push_back({"experts.wi_0", &LayerWeights::wi_0});
+    s.push_back({"experts.wi_1", &LayerWeights::wi_1});
+  }
+  s.push_back({"experts.wo", &LayerWeights::wo});
+  return s;
+}
+
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+uint64_t name_hash(const std::string& s) {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+// Standard normal for element i of stream `key` (Box-Muller on two hashed uniforms).
+float counter_normal(uint64_t key, uint64_t i) {
+  uint64_t a = splitmix64(key ^ splitmix64(2 * i)), b = splitmix64(key ^ splitmix64(2 * i + 1));
+  double u1 = (double(a >> 11) + 1.0) * 0x1.0p-53, u2 = double(b >> 11) * 0x1.0p-53;
+  return float(std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2));
+}
+
+int64_t fan_in(const std::string& name, const Config& cfg) {
+  return name == "experts.wo" ? cfg.moe_mlp_dim : cfg.emb_dim;
+}
+}  // namespace
+
+std::vector<std::pair<std::string, Shape>> weight_shapes(const Config& cfg) {
+  const int64_t D = cfg.emb_dim, E = cfg.num_experts, F = cfg.moe_mlp_dim;
+  std::vector<std::pair<std::string, Shape>> out;
+  for (const Slot& s : slots(cfg)) {
+    std::string n = s.name;
+    Shape sh;
+    if (n == "router.kernel") sh = {D, E};
+    else if (n == "experts.wi") sh = cfg.moe_split_expert_weight_layout ? Shape{2, E, D / 2, 2 * F} : Shape{E, D, 2 * F};
+    else if (n == "experts.wo") sh = {E, F, D};
+    else sh = {E, D, F};
+    out.emplace_back(n, sh);
+  }
+  return out;
+}
+
+void LayerWeights::for_each(const Config& cfg, const std::function<void(const std::string&, Tensor&)>& fn) {
+  for (const Slot& s : slots(cfg)) fn(s.name, this->*s.field);
+}
+void LayerWeights::for_each(const Config& cfg,
+                            const std::function<void(const std::string&, const Tensor&)>& fn) const {
+  for (const Slot& s : slots(cfg)) fn(s.name, this->*s.field);
+}
+
+LayerWeights init_weights(const Config& cfg, uint64_t seed) {
+  LayerWeights w;
+  auto shapes = weight_shapes(cfg);
+  size_t i = 0;
+  w.for_each(cfg, [&](const std::string& name, Tensor& t) {
+    const Shape& shape = shapes[i++].second;
+    Tensor f = Tensor::empty(DType::f32, shape);
+    // The split layout is a pure reshape of [E, D, 2F], so it draws the same values.
+    uint64_t key = splitmix64(seed) ^ name_hash(name);
+    float std_dev = 1.0f / std::sqrt(float(fan_in(name, cfg)));
+    float* p = f.data<float>();
+    for (int64_t j = 0; j < f.numel(); ++j) p[j] = std_dev * counter_normal(key, uint64_t(j));
+    t = name == "router.kernel" ? f : f.to(cfg.weight_dtype);
+  });
+  return w;
+}
+
+LayerWeights weights_from(const Config& cfg, const std::function<const Tensor*(const std::string&)>& lookup,
+                          const std::string& prefix, const std::string& origin) {
+  LayerWeights w;
+  auto shapes = weight_shapes(cfg);
+  size_t i = 0;
+  w.for_each(cfg, [&](const std::string& name, Tensor& t) {
+    const Shape& shape = shapes[i++].second;
+    const std::string full = prefix + name;
+    const Tensor* src = lookup(full);
+    if (!src) fail(origin, ": missing weight '", full, "' (expected shape ", shape_str(shape), ")");
+    if (src->shape() != shape)
+      fail(origin, ": weight '", full, "' has shape ", shape_str(src->shape()), ", the config needs ",
+           shape_str(shape));
+    if (src->dtype() != DType::f32 && src->dtype() != DType::bf16 && src->dtype() != DType::f16)
+      fail(origin, ": weight '", full, "' has dtype ", dtype_name(src->dtype()), ", expected a float type");
+    t = src->dtype() == DType::f16 ? src->to(DType::f32) : *src;
+  });
+  return w;
+}
+
+}  // namespace moe

@@ -1,0 +1,40 @@
+// Auxiliary router losses (SPEC.md §2 step 2), already multiplied by their
+// weights, and their gradient with respect to the logits.
+#pragma once
+
+#include <vector>
+
+#include "moe/config.h"
+#include "moe/tensor.h"
+
+namespace moe {
+
+struct AuxLosses {
+  float load_balance = 0.0f;  // weight * E * sum_e (c_e / T) * P_e
+  float z_loss = 0.0f;        // weight * mean_t logsumexp(z_t)^2
+};
+
+// Token statistics behind the aux losses. Sums are kept in fixed point
+// (__int128, probabilities in units of 2^-60, squared log-sum-exps in units
+// of 2^-40) so adding per-rank statistics in any order gives the same bits as
+// one process over all tokens: the distributed loss equals the single-process
+// loss exactly. The quantization error (< T * 2^-60) is far below f32 ulp.
+using FixedSum = __int128;
+struct AuxStats {
+  std::vector<FixedSum> prob_sum;      // [E] sum over tokens of softmax(z)[t, e]
+  FixedSum lse_sq_sum = 0;             // sum over tokens of logsumexp(z_t)^2
+  std::vector<int64_t> routed_counts;  // [E] slots routed to each expert, before dropping
+  int64_t tokens = 0;
+  // Adds another shard's statistics (exact, order-independent).
+  void add(const AuxStats& o);
+};
+
+// logits: [T, E] f32; routed_counts: [E].
+
+AuxStats aux_stats(const Tensor& logits, const std::vector<int64_t>& routed_counts);
+AuxLosses aux_losses(const Config& cfg, const AuxStats& global);
+
+// dlogits [T, E] += d(lb + z_loss)/dlogits for the local tokens, using global statistics.
+void aux_backward(const Config& cfg, const Tensor& logits, const AuxStats& global, Tensor& dlogits);
+
+}  // namespace moe
