@@ -50,9 +50,8 @@ std::string build_header(const Named& tensors, const std::map<std::string, std::
   uint64_t offset = 0;
   for (const auto& [name, t] : tensors) {
     const uint64_t end = offset + t.nbytes();
-    header[name] = {{"dtype", dtype_safetensors_name(t.dtype())},
-                    {"shape", t.shape()},
-                    {"data_offsets", {offset, end}}};
+    header[name] = {
+        {"dtype", dtype_safetensors_name(t.dtype())}, {"shape", t.shape()}, {"data_offsets", {offset, end}}};
     offset = end;
   }
   std::string text = header.dump();

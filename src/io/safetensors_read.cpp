@@ -11,6 +11,7 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <tuple>
 
 #include "moe/safetensors.h"
 
@@ -83,7 +84,8 @@ std::pair<std::string_view, std::string_view> split_file(const std::string& path
   uint64_t n;
   std::memcpy(&n, f.data(), 8);  // little-endian host (static_assert in safetensors.cpp)
   if (n > kMaxHeaderBytes)
-    fail(path, ": header size ", n, " is absurd (limit ", kMaxHeaderBytes, " bytes): not a safetensors file?");
+    fail(path, ": header size ", n, " is absurd (limit ", kMaxHeaderBytes,
+         " bytes): not a safetensors file?");
   if (n > f.size() - 8)
     fail(path, ": header size ", n, " runs past the end of the file (", f.size(), " bytes): truncated?");
   const char* base = reinterpret_cast<const char*>(f.data());
@@ -157,8 +159,8 @@ Entry parse_entry(const std::string& path, const std::string& name, const json& 
   if (!j.is_object()) fail(where, ": expected {\"dtype\", \"shape\", \"data_offsets\"}, got ", brief(j));
   for (const auto& [key, value] : j.items())
     if (key != "dtype" && key != "shape" && key != "data_offsets") fail(where, ": unknown key '", key, "'");
-  Entry e{name, parse_dtype(get_field(j, where, "dtype"), where), parse_shape(get_field(j, where, "shape"), where),
-          0, 0};
+  Entry e{name, parse_dtype(get_field(j, where, "dtype"), where),
+          parse_shape(get_field(j, where, "shape"), where), 0, 0};
   const json& offsets = get_field(j, where, "data_offsets");
   if (!offsets.is_array() || offsets.size() != 2)
     fail(where, ": \"data_offsets\" must be [begin, end], got ", brief(offsets));
@@ -167,16 +169,15 @@ Entry parse_entry(const std::string& path, const std::string& name, const json& 
   return e;
 }
 
-// Bytes that shape x dtype needs; throws if the count overflows 64 bits.
+// Bytes that shape x dtype needs. The product of the non-zero dimensions
+// must fit in 64 bits even for a zero-size tensor (Shape math is int64).
 uint64_t needed_bytes(const Entry& e, const std::string& where) {
   uint64_t bytes = dtype_size(e.dtype);
-  bool has_zero = false;
-  for (int64_t d : e.shape) {
-    if (d == 0) has_zero = true;
-    else if (__builtin_mul_overflow(bytes, uint64_t(d), &bytes))
+  for (int64_t d : e.shape)
+    if (d != 0 && __builtin_mul_overflow(bytes, uint64_t(d), &bytes))
       fail(where, ": shape ", shape_str(e.shape), " is too large");
-  }
-  return has_zero ? 0 : bytes;
+  const bool zero_size = std::find(e.shape.begin(), e.shape.end(), 0) != e.shape.end();
+  return zero_size ? 0 : bytes;
 }
 
 void check_entry_range(const std::string& path, const Entry& e, uint64_t buffer_size) {
@@ -184,7 +185,8 @@ void check_entry_range(const std::string& path, const Entry& e, uint64_t buffer_
   const std::string range = "data_offsets [" + std::to_string(e.begin) + ", " + std::to_string(e.end) + "]";
   if (e.begin > e.end) fail(where, ": ", range, " has begin > end");
   if (e.end > buffer_size)
-    fail(where, ": ", range, " run past the end of the data buffer (", buffer_size, " bytes): truncated file?");
+    fail(where, ": ", range, " run past the end of the data buffer (", buffer_size,
+         " bytes): truncated file?");
   const uint64_t need = needed_bytes(e, where);
   if (e.end - e.begin != need)
     fail(where, ": shape ", shape_str(e.shape), " of ", dtype_safetensors_name(e.dtype), " needs ", need,
@@ -194,8 +196,9 @@ void check_entry_range(const std::string& path, const Entry& e, uint64_t buffer_
 // Sorts entries into file order and checks that their ranges tile the data
 // buffer exactly: in order, no overlaps, no holes, nothing left over.
 void check_tiling(const std::string& path, std::vector<Entry>& entries, uint64_t buffer_size) {
-  std::stable_sort(entries.begin(), entries.end(),
-                   [](const Entry& a, const Entry& b) { return std::tie(a.begin, a.end) < std::tie(b.begin, b.end); });
+  std::stable_sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
+    return std::tie(a.begin, a.end) < std::tie(b.begin, b.end);
+  });
   uint64_t covered = 0;
   const Entry* prev = nullptr;
   for (const Entry& e : entries) {
@@ -222,8 +225,10 @@ SafetensorsFile read_safetensors(const std::string& path) {
   out.path = path;
   std::vector<Entry> entries;
   for (const auto& [name, value] : header.items()) {
-    if (name == "__metadata__") out.metadata = parse_metadata(path, value);
-    else entries.push_back(parse_entry(path, name, value));
+    if (name == "__metadata__")
+      out.metadata = parse_metadata(path, value);
+    else
+      entries.push_back(parse_entry(path, name, value));
   }
   for (const Entry& e : entries) check_entry_range(path, e, buffer.size());
   check_tiling(path, entries, buffer.size());

@@ -122,12 +122,15 @@ TEST_F(SafetensorsTest, WritesExactLayout) {
   Tensor b = Tensor::empty(DType::i32, {});
   b.data<int32_t>()[0] = 7;
   write_safetensors(path, {{"b", b}, {"a", a}}, {{"k", "v"}});
-  const std::string header =
-      R"({"__metadata__":{"k":"v"},)"
-      R"("b":{"dtype":"I32","shape":[],"data_offsets":[0,4]},)"
-      R"("a":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})";
+  const std::string header = R"({"__metadata__":{"k":"v"},)"
+                             R"("b":{"dtype":"I32","shape":[],"data_offsets":[0,4]},)"
+                             R"("a":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})";
   ASSERT_EQ(header.size(), 132u);  // 8 + 132 + 4 spaces = 144, a multiple of 8
-  const std::string data("\x07\0\0\0" "\0\0\x80\x3f" "\0\0\0\xc0", 12);
+  const std::string data(
+      "\x07\0\0\0"
+      "\0\0\x80\x3f"
+      "\0\0\0\xc0",
+      12);
   EXPECT_EQ(read_bytes(path), file_bytes(header + "    ", data));
 }
 
@@ -182,15 +185,18 @@ TEST_F(SafetensorsTest, TruncatedFiles) {
   const std::string whole = read_bytes(path);
   uint64_t n;
   std::memcpy(&n, whole.data(), 8);
-  for (size_t cut : {size_t(0), size_t(5), size_t(8), size_t(30), size_t(8 + n), size_t(8 + n + 3),
-                     whole.size() - 1}) {
+  for (size_t cut :
+       {size_t(0), size_t(5), size_t(8), size_t(30), size_t(8 + n), size_t(8 + n + 3), whole.size() - 1}) {
     SCOPED_TRACE(cut);
     write_bytes(path, whole.substr(0, cut));
     const std::string msg = read_error(path);
     expect_contains(msg, {path});
-    if (cut < 8) expect_contains(msg, {"too short"});
-    else if (cut < 8 + n) expect_contains(msg, {"past the end of the file"});
-    else expect_contains(msg, {"past the end of the data buffer"});
+    if (cut < 8)
+      expect_contains(msg, {"too short"});
+    else if (cut < 8 + n)
+      expect_contains(msg, {"past the end of the file"});
+    else
+      expect_contains(msg, {"past the end of the data buffer"});
   }
   write_bytes(path, whole.substr(0, whole.size() - 1));
   expect_contains(read_error(path), {"tensor 'b'"});
@@ -223,15 +229,22 @@ TEST_F(SafetensorsTest, BadEntries) {
   expect_contains(err(R"({"shape": [1], "data_offsets": [0, 4]})"), {"tensor 'w'", "missing \"dtype\""});
   expect_contains(err(R"({"dtype": "F32", "data_offsets": [0, 4]})"), {"tensor 'w'", "missing \"shape\""});
   expect_contains(err(R"({"dtype": "F32", "shape": [1]})"), {"tensor 'w'", "missing \"data_offsets\""});
-  expect_contains(err(R"({"dtype": 1, "shape": [1], "data_offsets": [0, 4]})"), {"\"dtype\" must be a string"});
-  expect_contains(err(R"({"dtype": "F32", "shape": 1, "data_offsets": [0, 4]})"), {"\"shape\" must be an array"});
-  expect_contains(err(R"({"dtype": "F32", "shape": [-1], "data_offsets": [0, 4]})"), {"tensor 'w'", "negative"});
-  expect_contains(err(R"({"dtype": "F32", "shape": [1.0], "data_offsets": [0, 4]})"), {"non-negative integer"});
+  expect_contains(err(R"({"dtype": 1, "shape": [1], "data_offsets": [0, 4]})"),
+                  {"\"dtype\" must be a string"});
+  expect_contains(err(R"({"dtype": "F32", "shape": 1, "data_offsets": [0, 4]})"),
+                  {"\"shape\" must be an array"});
+  expect_contains(err(R"({"dtype": "F32", "shape": [-1], "data_offsets": [0, 4]})"),
+                  {"tensor 'w'", "negative"});
+  expect_contains(err(R"({"dtype": "F32", "shape": [1.0], "data_offsets": [0, 4]})"),
+                  {"non-negative integer"});
   expect_contains(err(R"({"dtype": "F32", "shape": [1], "data_offsets": [0, 4, 4]})"), {"[begin, end]"});
   expect_contains(err(R"({"dtype": "F32", "shape": [1], "data_offsets": ["0", 4]})"), {"data_offsets begin"});
-  expect_contains(err(R"({"dtype": "F32", "shape": [1], "data_offsets": [0, 4], "x": 1})"), {"unknown key 'x'"});
-  expect_contains(err(R"({"dtype": "F32", "shape": [1], "data_offsets": [4, 0]})"), {"tensor 'w'", "begin > end"});
-  expect_contains(corrupt_error(R"({"__metadata__": {"k": 1}})"), {path, "__metadata__", "'k' must be a string"});
+  expect_contains(err(R"({"dtype": "F32", "shape": [1], "data_offsets": [0, 4], "x": 1})"),
+                  {"unknown key 'x'"});
+  expect_contains(err(R"({"dtype": "F32", "shape": [1], "data_offsets": [4, 0]})"),
+                  {"tensor 'w'", "begin > end"});
+  expect_contains(corrupt_error(R"({"__metadata__": {"k": 1}})"),
+                  {path, "__metadata__", "'k' must be a string"});
   expect_contains(corrupt_error(R"({"__metadata__": []})"), {path, "__metadata__ must be an object"});
 }
 
@@ -245,9 +258,9 @@ TEST_F(SafetensorsTest, UnsupportedDtypes) {
 TEST_F(SafetensorsTest, RangeLengthMismatch) {
   expect_contains(corrupt_error("{" + entry("w", "F32", "[3]", 0, 8) + "}", std::string(8, '\0')),
                   {path, "tensor 'w'", "shape [3] of F32 needs 12 bytes but data_offsets span 8"});
-  expect_contains(corrupt_error("{" + entry("w", "BF16", "[4294967296, 4294967296]", 0, 8) + "}",
-                                std::string(8, '\0')),
-                  {path, "tensor 'w'", "too large"});
+  expect_contains(
+      corrupt_error("{" + entry("w", "BF16", "[4294967296, 4294967296]", 0, 8) + "}", std::string(8, '\0')),
+      {path, "tensor 'w'", "too large"});
 }
 
 TEST_F(SafetensorsTest, OffsetsPastTheEnd) {
@@ -257,10 +270,12 @@ TEST_F(SafetensorsTest, OffsetsPastTheEnd) {
 
 TEST_F(SafetensorsTest, OverlapHoleAndTrailingBytes) {
   const std::string a = entry("a", "F32", "[2]", 0, 8);
-  expect_contains(corrupt_error("{" + a + ", " + entry("b", "F32", "[2]", 4, 12) + "}", std::string(12, '\0')),
-                  {path, "tensor 'b'", "overlap tensor 'a'"});
-  expect_contains(corrupt_error("{" + a + ", " + entry("b", "F32", "[2]", 12, 20) + "}", std::string(20, '\0')),
-                  {path, "tensor 'b'", "[8, 12)", "belong to no tensor"});
+  expect_contains(
+      corrupt_error("{" + a + ", " + entry("b", "F32", "[2]", 4, 12) + "}", std::string(12, '\0')),
+      {path, "tensor 'b'", "overlap tensor 'a'"});
+  expect_contains(
+      corrupt_error("{" + a + ", " + entry("b", "F32", "[2]", 12, 20) + "}", std::string(20, '\0')),
+      {path, "tensor 'b'", "[8, 12)", "belong to no tensor"});
   expect_contains(corrupt_error("{" + entry("b", "F32", "[2]", 4, 12) + "}", std::string(12, '\0')),
                   {path, "tensor 'b'", "[0, 4)", "belong to no tensor"});
   expect_contains(corrupt_error("{" + a + "}", std::string(12, '\0')), {path, "[8, 12) at the end"});
