@@ -50,10 +50,10 @@ LayerForwardPtr layer_forward(const Config& cfg, const LayerWeights& w, const Te
   f->aux = aux_stats(f->router.logits, f->routing.routed_counts);
   f->ffn_w = ffn_weights(cfg, w);
   f->xs = Tensor::empty(cfg.dtype, {T * K, D});
-  reference::permute(f->x, f->routing, f->xs);
+  permute(cfg.moe_permute_kernel, f->x, f->routing, f->xs);
   f->ffn = ffn_forward(cfg, f->ffn_w, f->xs, f->routing.groups);
   out.y = Tensor::empty(cfg.dtype, {T, D});
-  reference::combine(f->ffn.ys, f->router.topk_weights, f->routing, cfg.float32_weight_sum, out.y);
+  combine(cfg.moe_combine_kernel, f->ffn.ys, f->router.topk_weights, f->routing, cfg.float32_weight_sum, out.y);
   out.topk_idx = f->router.topk_idx;
   out.topk_weights = f->router.topk_weights;
   out.group_sizes = group_sizes_i32(f->routing.groups);
@@ -72,10 +72,10 @@ LayerGrads layer_backward(const Config& cfg, const LayerForward& f, const Tensor
   LayerGrads g;
   Tensor dys = Tensor::empty(cfg.dtype, {T * K, D});
   Tensor dW = Tensor::empty(DType::f32, {T, K});
-  reference::combine_backward(dy, f.ffn.ys, f.router.topk_weights, f.routing, dys, dW);
+  combine_backward(cfg.moe_combine_kernel, dy, f.ffn.ys, f.router.topk_weights, f.routing, dys, dW);
   Tensor dxs = ffn_backward(cfg, f.ffn_w, f.xs, f.ffn, dys, f.routing.groups, g.weights);
   g.dx = Tensor::empty(DType::f32, {T, D});
-  reference::permute_backward(dxs, f.routing, g.dx);
+  permute_backward(cfg.moe_permute_kernel, dxs, f.routing, g.dx);
   Tensor dz = router_weights_backward(cfg, f.router, dW);
   aux_backward(cfg, f.router.logits, f.aux, dz);
   g.weights.router = Tensor(DType::f32, f.router_kernel.shape());

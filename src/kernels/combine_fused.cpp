@@ -1,0 +1,90 @@
+#include <vector>
+
+#include "kernels/combine.h"
+#include "kernels/permute.h"
+#include "kernels/row_ops.h"
+#include "moe/thread_pool.h"
+
+namespace moe {
+namespace fused {
+namespace {
+
+template <class T>
+void combine_typed(const Tensor& ys, const Tensor& w, const Routing& rt, bool f32_sum, Tensor& y) {
+  const int64_t K = rt.top_k, D = ys.dim(1);
+  const T* S = ys.data<T>();
+  const float* W = w.data<float>();
+  T* Y = y.data<T>();
+  parallel_for(rt.tokens, 16, [&](int64_t b, int64_t e) {
+    std::vector<float> acc(static_cast<size_t>(D));
+    for (int64_t t = b; t < e; ++t) {
+      const int32_t* rows_of_t = rt.inv.data() + t * K;
+      if (f32_sum) {
+        std::fill(acc.begin(), acc.end(), 0.0f);
+        for (int64_t k = 0; k < K; ++k) rows::axpy_f32(W[t * K + k], S + int64_t(rows_of_t[k]) * D, acc.data(), D);
+        rows::store_row(acc.data(), Y + t * D, D);
+      } else {
+        std::fill(Y + t * D, Y + (t + 1) * D, store_as<T>(0.0f));
+        for (int64_t k = 0; k < K; ++k) rows::axpy_rounded(W[t * K + k], S + int64_t(rows_of_t[k]) * D, Y + t * D, D);
+      }
+    }
+  });
+}
+
+template <class T>
+void backward_typed(const Tensor& dy, const Tensor& ys, const Tensor& w, const Routing& rt, Tensor& dys,
+                    Tensor& dw) {
+  const int64_t K = rt.top_k, D = ys.dim(1);
+  const T* S = ys.data<T>();
+  const T* DY = dy.data<T>();
+  const float* W = w.data<float>();
+  T* DS = dys.data<T>();
+  float* DW = dw.data<float>();
+  parallel_for(rt.tokens, 16, [&](int64_t b, int64_t e) {
+    for (int64_t t = b; t < e; ++t)
+      for (int64_t k = 0; k < K; ++k) {
+        const int64_t s = t * K + k, row = rt.inv[size_t(s)];
+        DW[s] = rows::dot(DY + t * D, S + row * D, D);
+        rows::scale(W[s], DY + t * D, DS + row * D, D);
+      }
+  });
+}
+
+}  // namespace
+
+bool combine_supported(DType dtype, const Routing& rt) {
+  return (dtype == DType::f32 || dtype == DType::bf16) && rt.rows() == rt.tokens * rt.top_k &&
+         rt.rows() < (int64_t(1) << 31);
+}
+
+// y [T, D] = sum_k w[t,k] * ys[inv[t*K+k]]
+void combine(const Tensor& ys, const Tensor& w, const Routing& rt, bool f32_sum, Tensor& y) {
+  expect_shape(y, {rt.tokens, ys.dim(1)}, "[fused combine] y");
+  ys.dtype() == DType::bf16 ? combine_typed<bf16>(ys, w, rt, f32_sum, y) : combine_typed<float>(ys, w, rt, f32_sum, y);
+}
+
+// dys [R, D], dw [T, K]
+void combine_backward(const Tensor& dy, const Tensor& ys, const Tensor& w, const Routing& rt, Tensor& dys,
+                      Tensor& dw) {
+  expect_shape(dys, ys.shape(), "[fused combine_backward] dys");
+  expect_shape(dw, {rt.tokens, rt.top_k}, "[fused combine_backward] dw");
+  ys.dtype() == DType::bf16 ? backward_typed<bf16>(dy, ys, w, rt, dys, dw) : backward_typed<float>(dy, ys, w, rt, dys, dw);
+}
+
+}  // namespace fused
+
+void combine(KernelChoice k, const Tensor& ys, const Tensor& w, const Routing& rt, bool f32_sum, Tensor& y) {
+  if (k == KernelChoice::fused && fused::combine_supported(ys.dtype(), rt)) return fused::combine(ys, w, rt, f32_sum, y);
+  if (k == KernelChoice::fused) log_fallback_once("combine");
+  reference::combine(ys, w, rt, f32_sum, y);
+}
+
+void combine_backward(KernelChoice k, const Tensor& dy, const Tensor& ys, const Tensor& w, const Routing& rt,
+                      Tensor& dys, Tensor& dw) {
+  if (k == KernelChoice::fused && fused::combine_supported(ys.dtype(), rt))
+    return fused::combine_backward(dy, ys, w, rt, dys, dw);
+  if (k == KernelChoice::fused) log_fallback_once("combine");
+  reference::combine_backward(dy, ys, w, rt, dys, dw);
+}
+
+}  // namespace moe

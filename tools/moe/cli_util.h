@@ -1,0 +1,26 @@
+// Small helpers shared by the subcommands.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "moe/config.h"
+#include "moe/layer.h"
+#include "moe/safetensors.h"
+
+namespace moe::cli {
+
+// Loads the config file with `key=value` overrides (throws moe::Error listing every problem).
+Config load(const std::string& path, const std::vector<std::string>& overrides);
+
+// Layer weights from a safetensors file, checked against the config.
+LayerWeights load_weights(const Config& cfg, const SafetensorsFile& file, const std::string& prefix = "");
+
+// (name, tensor) list of a layer's weights, names prefixed.
+std::vector<std::pair<std::string, Tensor>> named(const Config& cfg, const LayerWeights& w,
+                                                   const std::string& prefix);
+
+// Frobenius norm, for summaries.
+double norm(const Tensor& t);
+
+}  // namespace moe::cli
