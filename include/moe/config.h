@@ -33,7 +33,7 @@ struct Config {
   double load_balance_loss_weight = 0.01;
   double router_z_loss_weight = 0.0;
   Activation mlp_activation = Activation::silu;
-  double capacity_factor = -1.0;  // <= 0: dropless
+  double capacity_factor = -1.0;  // -1: dropless; > 0: per-expert slot cap
   bool prefuse_moe_weights = false;
   bool moe_split_expert_weight_layout = false;
   KernelChoice moe_permute_kernel = KernelChoice::reference;

@@ -5,6 +5,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <cctype>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -16,8 +17,8 @@ namespace moe {
 namespace {
 
 using config_detail::find_key;
-using config_detail::KeyDef;
 using config_detail::key_table;
+using config_detail::KeyDef;
 
 // The text a key resolved to, before typing. `not_scalar` names what was
 // found instead of a scalar ("a mapping", "a list"), empty when a scalar.
@@ -72,7 +73,8 @@ void read_yaml(const std::string& text, const std::string& origin, std::map<std:
   try {
     root = YAML::Load(text);
   } catch (const YAML::Exception& e) {
-    throw ConfigError(origin, {"YAML syntax error at line " + std::to_string(e.mark.line + 1) + ": " + e.msg});
+    throw ConfigError(origin,
+                      {"YAML syntax error at line " + std::to_string(e.mark.line + 1) + ": " + e.msg});
   }
   if (root.IsNull()) return;
   if (!root.IsMap()) throw ConfigError(origin, {"expected a mapping of `key: value` lines at the top level"});
@@ -105,7 +107,8 @@ void read_override(const std::string& token, std::map<std::string, RawValue>& ra
 
 // Types every resolved value into `c`; records sources; returns the keys with bad values.
 std::set<std::string> apply_raw(const std::map<std::string, RawValue>& raw, Config& c,
-                                std::map<std::string, std::string>& sources, std::vector<std::string>& problems) {
+                                std::map<std::string, std::string>& sources,
+                                std::vector<std::string>& problems) {
   std::set<std::string> bad;
   for (const auto& [key, v] : raw) {
     const KeyDef* k = find_key(key);
@@ -168,8 +171,8 @@ LoadedConfig parse_config(const std::string& yaml_text, const std::string& origi
   if (!problems.empty()) throw ConfigError(origin, std::move(problems));
   for (const auto& k : key_table()) {
     auto it = sources.find(k.name);
-    out.table.push_back({k.name, config_detail::format_value(out.config, k),
-                         it == sources.end() ? "default" : it->second});
+    out.table.push_back(
+        {k.name, config_detail::format_value(out.config, k), it == sources.end() ? "default" : it->second});
   }
   return out;
 }

@@ -35,8 +35,8 @@ std::vector<ConfigKeyInfo> config_key_infos() {
   const Config defaults;
   std::vector<ConfigKeyInfo> out;
   for (const auto& k : key_table())
-    out.push_back({k.name, config_detail::type_name(k), config_detail::format_value(defaults, k), k.allowed, k.help,
-                   config_detail::group_name(k.group), k.required});
+    out.push_back({k.name, config_detail::type_name(k), config_detail::format_value(defaults, k), k.allowed,
+                   k.help, config_detail::group_name(k.group), k.required});
   return out;
 }
 
@@ -47,11 +47,13 @@ std::string format_config_table(const std::vector<ConfigEntry>& table) {
   os << "  " << pad("key", kw) << "  " << pad("value", vw) << "  source\n";
   std::vector<std::string> groups;  // in order of first appearance
   for (const auto& e : table)
-    if (std::find(groups.begin(), groups.end(), group_of(e.key)) == groups.end()) groups.push_back(group_of(e.key));
+    if (std::find(groups.begin(), groups.end(), group_of(e.key)) == groups.end())
+      groups.push_back(group_of(e.key));
   for (const auto& g : groups) {
     os << g << ":\n";
     for (const auto& e : table)
-      if (group_of(e.key) == g) os << "  " << pad(e.key, kw) << "  " << pad(shown(e.value), vw) << "  " << e.source << "\n";
+      if (group_of(e.key) == g)
+        os << "  " << pad(e.key, kw) << "  " << pad(shown(e.value), vw) << "  " << e.source << "\n";
   }
   return os.str();
 }
@@ -67,7 +69,8 @@ std::string format_config_help() {
   std::ostringstream os;
   std::string group;
   for (const auto& k : infos) {
-    if (k.group != group) os << (group.empty() ? "" : "\n") << (group = k.group) << " keys (name, type, default):\n";
+    if (k.group != group)
+      os << (group.empty() ? "" : "\n") << (group = k.group) << " keys (name, type, default):\n";
     os << "  " << pad(k.name, kw) << "  " << pad(type_column(k), tw) << "  "
        << pad(k.required ? "(required)" : shown(k.default_value), dw) << "  " << k.help << "\n";
   }

@@ -33,7 +33,12 @@ std::vector<KeyDef> build_table() {
   return {
       // --- layer (SPEC.md §2) ---
       {"num_experts", &C::num_experts, G::layer, "E: number of routed experts", {}, true},
-      {"num_experts_per_tok", &C::num_experts_per_tok, G::layer, "K: experts per token, 1 <= K <= E", {}, true},
+      {"num_experts_per_tok",
+       &C::num_experts_per_tok,
+       G::layer,
+       "K: experts per token, 1 <= K <= E",
+       {},
+       true},
       {"emb_dim", &C::emb_dim, G::layer, "D: model width", {}, true},
       {"moe_mlp_dim", &C::moe_mlp_dim, G::layer, "F: expert hidden width", {}, true},
       {"dtype", &C::dtype, G::layer, "activation and GEMM input type", {"bf16", "f32"}},
@@ -41,9 +46,14 @@ std::vector<KeyDef> build_table() {
       {"routed_score_func", &C::routed_score_func, G::layer, "router scores", {"softmax", "sigmoid"}},
       {"norm_topk_prob", &C::norm_topk_prob, G::layer, "renormalize the top-K weights to sum to 1"},
       {"routed_scaling_factor", &C::routed_scaling_factor, G::layer, "multiplies the top-K weights; > 0"},
-      {"load_balance_loss_weight", &C::load_balance_loss_weight, G::layer, "weight of the load-balance loss; >= 0"},
+      {"load_balance_loss_weight", &C::load_balance_loss_weight, G::layer,
+       "weight of the load-balance loss; >= 0"},
       {"router_z_loss_weight", &C::router_z_loss_weight, G::layer, "weight of the router z-loss; >= 0"},
-      {"mlp_activation", &C::mlp_activation, G::layer, "expert activation (gelu: tanh form)", {"silu", "gelu"}},
+      {"mlp_activation",
+       &C::mlp_activation,
+       G::layer,
+       "expert activation (gelu: tanh form)",
+       {"silu", "gelu"}},
       {"capacity_factor", &C::capacity_factor, G::layer, "-1: dropless; > 0: per-expert slot cap"},
       {"prefuse_moe_weights", &C::prefuse_moe_weights, G::layer, "store wi_0|wi_1 as one wi [E, D, 2F]"},
       {"moe_split_expert_weight_layout", &C::moe_split_expert_weight_layout, G::layer,
@@ -54,9 +64,11 @@ std::vector<KeyDef> build_table() {
       // --- parallelism (SPEC.md §3) ---
       {"data_parallelism", &C::data_parallelism, G::parallelism, "ranks on the data axis; -1: the rest"},
       {"fsdp_parallelism", &C::fsdp_parallelism, G::parallelism, "ranks on the fsdp axis; -1: the rest"},
-      {"expert_parallelism", &C::expert_parallelism, G::parallelism, "ranks on the expert axis; -1: the rest"},
+      {"expert_parallelism", &C::expert_parallelism, G::parallelism,
+       "ranks on the expert axis; -1: the rest"},
       {"shard_exp_on_fsdp", &C::shard_exp_on_fsdp, G::parallelism, "shard E (not D) over fsdp"},
-      {"use_ring_of_experts", &C::use_ring_of_experts, G::parallelism, "all-gather tokens instead of all-to-all"},
+      {"use_ring_of_experts", &C::use_ring_of_experts, G::parallelism,
+       "all-gather tokens instead of all-to-all"},
       {"num_moe_token_chunks", &C::num_moe_token_chunks, G::parallelism, "token chunks per rank; >= 1"},
       {"ragged_buffer_factor", &C::ragged_buffer_factor, G::parallelism,
        "-1: worst-case receive buffer; > 0: cap at R * factor rows"},
@@ -68,9 +80,9 @@ std::vector<KeyDef> build_table() {
       {"num_layers", &C::num_layers, G::train, "MoE layers in the model stack; >= 1"},
       {"steps", &C::steps, G::train, "optimizer steps; >= 1"},
       {"batch_tokens", &C::batch_tokens, G::train, "tokens per step (global); >= 1"},
-      {"learning_rate", &C::learning_rate, G::train, "peak learning rate; > 0"},
-      {"warmup_steps", &C::warmup_steps, G::train, "linear warmup steps; >= 0"},
-      {"weight_decay", &C::weight_decay, G::train, "decoupled weight decay; >= 0"},
+      {"learning_rate", &C::learning_rate, G::train, "learning rate; > 0"},
+      {"warmup_steps", &C::warmup_steps, G::train, "learning-rate warmup steps; >= 0"},
+      {"weight_decay", &C::weight_decay, G::train, "weight decay; >= 0"},
       {"grad_clip", &C::grad_clip, G::train, "global-norm gradient clip; <= 0 disables"},
       {"seed", &C::seed, G::train, "seed of the student weights and data"},
       {"teacher_seed", &C::teacher_seed, G::train, "seed of the teacher weights"},
@@ -140,10 +152,14 @@ const KeyDef* find_key(std::string_view name) {
 
 const char* group_name(Group g) {
   switch (g) {
-    case Group::layer: return "layer";
-    case Group::parallelism: return "parallelism";
-    case Group::offload: return "offload";
-    case Group::train: return "train";
+    case Group::layer:
+      return "layer";
+    case Group::parallelism:
+      return "parallelism";
+    case Group::offload:
+      return "offload";
+    case Group::train:
+      return "train";
   }
   return "?";
 }
@@ -188,12 +204,18 @@ std::string format_value(const Config& c, const KeyDef& k) {
       [&](auto member) -> std::string {
         using T = std::remove_cvref_t<decltype(c.*member)>;
         const T& v = c.*member;
-        if constexpr (std::is_same_v<T, int64_t>) return std::to_string(v);
-        else if constexpr (std::is_same_v<T, double>) return format_double(v);
-        else if constexpr (std::is_same_v<T, bool>) return v ? "true" : "false";
-        else if constexpr (std::is_same_v<T, std::string>) return v;
-        else if constexpr (std::is_same_v<T, DType>) return dtype_name(v);
-        else return EnumNames<T>::names[static_cast<size_t>(v)];
+        if constexpr (std::is_same_v<T, int64_t>)
+          return std::to_string(v);
+        else if constexpr (std::is_same_v<T, double>)
+          return format_double(v);
+        else if constexpr (std::is_same_v<T, bool>)
+          return v ? "true" : "false";
+        else if constexpr (std::is_same_v<T, std::string>)
+          return v;
+        else if constexpr (std::is_same_v<T, DType>)
+          return dtype_name(v);
+        else
+          return EnumNames<T>::names[static_cast<size_t>(v)];
       },
       k.field);
 }

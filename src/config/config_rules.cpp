@@ -35,14 +35,16 @@ void require_nonneg_float(Problems& out, const Config& c, const char* key, doubl
 }
 
 void check_layer(Problems& out, const Config& c) {
-  const std::array<std::pair<const char*, int64_t>, 4> required{{{"num_experts", c.num_experts},
-                                                                 {"num_experts_per_tok", c.num_experts_per_tok},
-                                                                 {"emb_dim", c.emb_dim},
-                                                                 {"moe_mlp_dim", c.moe_mlp_dim}}};
+  const std::array<std::pair<const char*, int64_t>, 4> required{
+      {{"num_experts", c.num_experts},
+       {"num_experts_per_tok", c.num_experts_per_tok},
+       {"emb_dim", c.emb_dim},
+       {"moe_mlp_dim", c.moe_mlp_dim}}};
   for (const auto& [key, v] : required)
     if (v <= 0) add(out, key, " is required and must be > 0", got(c, key));
   if (c.num_experts > 0 && c.num_experts_per_tok > c.num_experts)
-    add(out, "num_experts_per_tok must be <= num_experts (got ", c.num_experts_per_tok, " > ", c.num_experts, ")");
+    add(out, "num_experts_per_tok must be <= num_experts (got ", c.num_experts_per_tok, " > ", c.num_experts,
+        ")");
   require_nonneg_float(out, c, "routed_scaling_factor", c.routed_scaling_factor, true);
   require_nonneg_float(out, c, "load_balance_loss_weight", c.load_balance_loss_weight, false);
   require_nonneg_float(out, c, "router_z_loss_weight", c.router_z_loss_weight, false);
@@ -101,7 +103,8 @@ void check_offload(Problems& out, const Config& c) {
     out.push_back(e.what());
   }
   if (!offload_items(c.moe_offload_targets).empty() && c.side_engine_threads == 0)
-    add(out, "moe_offload_targets=", c.moe_offload_targets, " needs a side engine, but side_engine_threads is 0");
+    add(out, "moe_offload_targets=", c.moe_offload_targets,
+        " needs a side engine, but side_engine_threads is 0");
 }
 
 void check_train(Problems& out, const Config& c) {
@@ -132,8 +135,10 @@ const Gate kNotYetImplemented[] = {
     {"fsdp_parallelism", "the MPI work", [](const Config& c) { return c.fsdp_parallelism != 1; }},
     {"expert_parallelism", "the MPI work", [](const Config& c) { return c.expert_parallelism != 1; }},
     {"shard_exp_on_fsdp", "the MPI work", [](const Config& c) { return c.shard_exp_on_fsdp; }},
-    {"use_ring_of_experts", "the expert-parallel work", [](const Config& c) { return c.use_ring_of_experts; }},
-    {"num_moe_token_chunks", "the expert-parallel work", [](const Config& c) { return c.num_moe_token_chunks > 1; }},
+    {"use_ring_of_experts", "the expert-parallel work",
+     [](const Config& c) { return c.use_ring_of_experts; }},
+    {"num_moe_token_chunks", "the expert-parallel work",
+     [](const Config& c) { return c.num_moe_token_chunks > 1; }},
     {"ragged_buffer_factor", "the expert-parallel work",
      [](const Config& c) { return c.ragged_buffer_factor != -1.0; }},
     {"moe_offload_targets", "the side-engine offload work",
@@ -155,8 +160,10 @@ std::vector<std::string> parse_offload_targets(const std::string& spec) {
     bool known = item == "all";
     for (const char* t : kOffloadTargets) known = known || item == t;
     if (!known) unknown.push_back("'" + item + "'");
-    if (item == "all") wanted.insert(kOffloadTargets.begin(), kOffloadTargets.end());
-    else wanted.insert(item);
+    if (item == "all")
+      wanted.insert(kOffloadTargets.begin(), kOffloadTargets.end());
+    else
+      wanted.insert(item);
   }
   if (!unknown.empty()) {
     std::string names;
@@ -174,7 +181,8 @@ std::vector<std::string> not_yet_implemented(const Config& c) {
   std::vector<std::string> out;
   for (const Gate& g : kNotYetImplemented)
     if (g.requested(c))
-      add(out, g.key, "=", config_value(c, g.key), ": not implemented yet (arrives with ", g.arrives_with, ")");
+      add(out, g.key, "=", config_value(c, g.key), ": not implemented yet (arrives with ", g.arrives_with,
+          ")");
   return out;
 }
 

@@ -55,8 +55,8 @@ TEST_F(ConfigCliValidate, ValidConfigPrintsTheTable) {
   auto cfg = write("ok.yml", kValid);
   RunResult r = run("validate " + cfg.string() + " dtype=f32 'moe_offload_targets='");
   EXPECT_EQ(r.exit_code, 0) << r.err;
-  for (const char* needle : {"num_experts", "emb_dim", "side_engine_threads", "learning_rate", "file", "override",
-                             "default"})
+  for (const char* needle :
+       {"num_experts", "emb_dim", "side_engine_threads", "learning_rate", "file", "override", "default"})
     EXPECT_NE(r.out.find(needle), std::string::npos) << needle << "\n" << r.out;
   EXPECT_NE(r.out.find("f32"), std::string::npos);
   EXPECT_TRUE(r.err.empty()) << r.err;
@@ -90,8 +90,8 @@ TEST_F(ConfigCliValidate, MissingFileAndBadSyntaxFail) {
 TEST_F(ConfigCliValidate, HelpDocumentsArguments) {
   RunResult r = run("validate --help");
   EXPECT_EQ(r.exit_code, 0);
-  for (const char* needle : {"CONFIG", "key=value", "Exit status", "num_experts_per_tok", "moe_offload_targets",
-                             "softmax|sigmoid"})
+  for (const char* needle : {"CONFIG", "key=value", "Exit status", "num_experts_per_tok",
+                             "moe_offload_targets", "softmax|sigmoid"})
     EXPECT_NE(r.out.find(needle), std::string::npos) << needle << "\n" << r.out;
 }
 

@@ -1,12 +1,13 @@
 // Config parsing, rules and gates (include/moe/config.h, docs/config.md).
+#include "moe/config.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
-
-#include "moe/config.h"
 
 namespace moe {
 namespace {
@@ -14,7 +15,8 @@ namespace {
 const std::string kBase = "num_experts: 8\nnum_experts_per_tok: 2\nemb_dim: 16\nmoe_mlp_dim: 32\n";
 
 // Every problem parse_config reports (empty when the config is valid).
-std::vector<std::string> problems_of(const std::string& yaml, const std::vector<std::string>& overrides = {}) {
+std::vector<std::string> problems_of(const std::string& yaml,
+                                     const std::vector<std::string>& overrides = {}) {
   try {
     parse_config(yaml, "test.yml", overrides);
   } catch (const ConfigError& e) {
@@ -39,7 +41,8 @@ std::string joined(const std::vector<std::string>& problems) {
 #define EXPECT_PROBLEM(problems, needle) EXPECT_GE(find(problems, needle), 0) << joined(problems)
 
 const ConfigEntry& entry(const LoadedConfig& lc, const std::string& key) {
-  auto it = std::find_if(lc.table.begin(), lc.table.end(), [&](const ConfigEntry& e) { return e.key == key; });
+  auto it =
+      std::find_if(lc.table.begin(), lc.table.end(), [&](const ConfigEntry& e) { return e.key == key; });
   EXPECT_NE(it, lc.table.end()) << key;
   return *it;
 }
@@ -92,10 +95,10 @@ TEST(ConfigParse, PrintedValuesRoundTrip) {
 }
 
 TEST(ConfigParse, TypedValues) {
-  LoadedConfig lc = parse_config(kBase + "dtype: f32\nrouted_scaling_factor: 2.5\nnorm_topk_prob: false\n", "t",
-                                 {"weight_dtype=bf16", "routed_score_func=sigmoid", "mlp_activation=gelu",
-                                  "capacity_factor=1.25", "checkpoint_dir=\"/tmp/ck\"", "metrics_file=",
-                                  "seed=+7", "router_z_loss_weight=1e-3"});
+  LoadedConfig lc = parse_config(
+      kBase + "dtype: f32\nrouted_scaling_factor: 2.5\nnorm_topk_prob: false\n", "t",
+      {"weight_dtype=bf16", "routed_score_func=sigmoid", "mlp_activation=gelu", "capacity_factor=1.25",
+       "checkpoint_dir=\"/tmp/ck\"", "metrics_file=", "seed=+7", "router_z_loss_weight=1e-3"});
   const Config& c = lc.config;
   EXPECT_EQ(c.dtype, DType::f32);
   EXPECT_EQ(c.weight_dtype, DType::bf16);
@@ -160,8 +163,8 @@ TEST(ConfigParse, OverridesWinOverTheFile) {
   EXPECT_EQ(lc.config.steps, 11);
   EXPECT_EQ(lc.config.dtype, DType::f32);  // the file's bad value is replaced, never reported
   EXPECT_EQ(entry(lc, "steps").source, "override");
-  LoadedConfig only = parse_config("", "<embedded>", {"num_experts=4", "num_experts_per_tok=1", "emb_dim=8",
-                                                     "moe_mlp_dim=8"});
+  LoadedConfig only = parse_config("", "<embedded>",
+                                   {"num_experts=4", "num_experts_per_tok=1", "emb_dim=8", "moe_mlp_dim=8"});
   EXPECT_EQ(only.config.num_experts, 4);
 }
 
@@ -189,7 +192,8 @@ TEST(ConfigRules, EachRuleNamesItsKey) {
       {{"router_z_loss_weight=-1"}, "router_z_loss_weight must be finite and >= 0 (got -1)"},
       {{"capacity_factor=0"}, "capacity_factor must be -1 (dropless) or > 0 (got 0)"},
       {{"capacity_factor=-2"}, "capacity_factor must be -1 (dropless) or > 0 (got -2)"},
-      {{"moe_split_expert_weight_layout=true"}, "moe_split_expert_weight_layout=true requires prefuse_moe_weights=true"},
+      {{"moe_split_expert_weight_layout=true"},
+       "moe_split_expert_weight_layout=true requires prefuse_moe_weights=true"},
       {{"moe_split_expert_weight_layout=true", "num_experts=7", "num_experts_per_tok=1"},
        "requires an even num_experts (got 7)"},
       {{"moe_split_expert_weight_layout=true", "emb_dim=15"}, "requires an even emb_dim (got 15)"},
@@ -231,8 +235,10 @@ TEST(ConfigOffload, ParseTargets) {
   EXPECT_EQ(parse_offload_targets(""), V{});
   EXPECT_EQ(parse_offload_targets(" , ,"), V{});
   EXPECT_EQ(parse_offload_targets("all"), (V{"fsdp_all_gather", "ep_collectives", "ragged_sort"}));
-  EXPECT_EQ(parse_offload_targets("ragged_sort,all"), (V{"fsdp_all_gather", "ep_collectives", "ragged_sort"}));
-  for (const char* t : {"fsdp_all_gather", "ep_collectives", "ragged_sort"}) EXPECT_EQ(parse_offload_targets(t), V{t});
+  EXPECT_EQ(parse_offload_targets("ragged_sort,all"),
+            (V{"fsdp_all_gather", "ep_collectives", "ragged_sort"}));
+  for (const char* t : {"fsdp_all_gather", "ep_collectives", "ragged_sort"})
+    EXPECT_EQ(parse_offload_targets(t), V{t});
   EXPECT_EQ(parse_offload_targets(" ragged_sort, ep_collectives ,"), (V{"ep_collectives", "ragged_sort"}));
   EXPECT_EQ(parse_offload_targets("ragged_sort,ragged_sort"), V{"ragged_sort"});
   try {
@@ -263,8 +269,10 @@ TEST(ConfigGates, EachUnimplementedFeatureIsRejected) {
       {"num_moe_token_chunks=2", "num_moe_token_chunks=2: not implemented yet"},
       {"ragged_buffer_factor=1.5", "ragged_buffer_factor=1.5: not implemented yet"},
       {"moe_offload_targets=all", "moe_offload_targets=all: not implemented yet"},
-      {"moe_permute_kernel=fused", "moe_permute_kernel=fused: not implemented yet (arrives with the fast-path work)"},
-      {"moe_combine_kernel=fused", "moe_combine_kernel=fused: not implemented yet (arrives with the fast-path work)"},
+      {"moe_permute_kernel=fused",
+       "moe_permute_kernel=fused: not implemented yet (arrives with the fast-path work)"},
+      {"moe_combine_kernel=fused",
+       "moe_combine_kernel=fused: not implemented yet (arrives with the fast-path work)"},
   };
   for (const auto& [override, message] : cases) {
     EXPECT_PROBLEM(problems_of(kBase, {override}), message);
@@ -273,7 +281,8 @@ TEST(ConfigGates, EachUnimplementedFeatureIsRejected) {
   }
   auto p = problems_of(kBase, {"moe_split_expert_weight_layout=true", "prefuse_moe_weights=true"});
   ASSERT_EQ(p.size(), 1u) << joined(p);
-  EXPECT_EQ(p[0], "moe_split_expert_weight_layout=true: not implemented yet (arrives with the fast-path work)");
+  EXPECT_EQ(p[0],
+            "moe_split_expert_weight_layout=true: not implemented yet (arrives with the fast-path work)");
 }
 
 TEST(ConfigGates, RuleViolationsAreReportedToo) {
@@ -327,6 +336,29 @@ TEST(ConfigFormat, TableIsAlignedAndGrouped) {
   EXPECT_NE(table.find("\"\""), std::string::npos);  // empty strings are visible
   std::string help = format_config_help();
   for (const auto& k : config_keys()) EXPECT_NE(help.find(k), std::string::npos) << k;
+}
+
+// docs/config.md has a row per key, with the type and default of the key table.
+TEST(ConfigFormat, DocsListEveryKeyWithItsDefault) {
+  std::ifstream in(std::string(MOE_SOURCE_DIR) + "/docs/config.md");
+  ASSERT_TRUE(in) << "docs/config.md missing";
+  std::map<std::string, std::string> rows;  // key -> its table row
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("| `", 0) == 0)
+      rows.emplace(line.substr(3, line.find('`', 3) - 3), line);  // first row wins
+  for (const auto& k : config_key_infos()) {
+    ASSERT_TRUE(rows.count(k.name)) << k.name;
+    std::string type = k.type;
+    if (type == "enum") {
+      type.clear();
+      for (const auto& a : k.allowed) type += (type.empty() ? "`" : "\\|`") + a + "`";
+    }
+    std::string dflt = k.required                ? "required"
+                       : k.default_value.empty() ? "`\"\"`"
+                                                 : "`" + k.default_value + "`";
+    EXPECT_EQ(rows[k.name].rfind("| `" + k.name + "` | " + type + " | " + dflt + " |", 0), 0u)
+        << rows[k.name];
+  }
 }
 
 }  // namespace

@@ -44,9 +44,10 @@ void add_validate(CLI::App& app) {
                   "key=value overrides, applied after the file (value read as a YAML scalar; `key=` sets "
                   "a string key to empty)");
   // --topology: see ValidateArgs; add the option here when it lands.
-  cmd->footer("Exit status: 0 when valid (the resolved table is printed to stdout), 1 when not (every "
-              "problem is printed to stderr, one per line).\n\n" +
-              format_config_help() + "\nSee docs/config.md for the rules of each key.");
+  cmd->footer(
+      "Exit status: 0 when valid (the resolved table is printed to stdout), 1 when not (every "
+      "problem is printed to stderr, one per line).\n\n" +
+      format_config_help() + "\nSee docs/config.md for the rules of each key.");
   cmd->callback([args] { run_validate(*args); });
 }
 
