@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "moe/dtype.h"
+#include "moe/error.h"
 
 namespace moe {
 
@@ -32,7 +33,7 @@ struct Config {
   double load_balance_loss_weight = 0.01;
   double router_z_loss_weight = 0.0;
   Activation mlp_activation = Activation::silu;
-  double capacity_factor = -1.0;  // <= 0: dropless
+  double capacity_factor = -1.0;  // -1: dropless; > 0: per-expert slot cap
   bool prefuse_moe_weights = false;
   bool moe_split_expert_weight_layout = false;
   KernelChoice moe_permute_kernel = KernelChoice::reference;
@@ -66,8 +67,6 @@ struct Config {
   int64_t checkpoint_period = 0;
   std::string metrics_file;  // "" = none
   int64_t log_period = 10;
-
-  // Compute dtype of expert weights' up projection width: 2F (prefused) or F.
 };
 
 // One resolved key: name, printed value, and where it came from
@@ -83,6 +82,18 @@ struct LoadedConfig {
   std::vector<ConfigEntry> table;  // every key, in documentation order
 };
 
+// Every problem found while resolving a config (unknown keys, bad values,
+// violated rules, features not implemented yet), one message per entry, each
+// naming its key. what() is a header line followed by one problem per line.
+class ConfigError : public Error {
+ public:
+  ConfigError(const std::string& origin, std::vector<std::string> problems);
+  const std::vector<std::string>& problems() const { return problems_; }
+
+ private:
+  std::vector<std::string> problems_;
+};
+
 // Parses YAML text (may be empty) then applies `key=value` overrides, and
 // validates. Throws moe::Error listing every problem (one per line), each
 // naming its key; an unknown key names the closest valid one.
@@ -92,14 +103,52 @@ LoadedConfig parse_config(const std::string& yaml_text, const std::string& origi
 // Reads the file, then parse_config. A missing or unreadable file is an error naming it.
 LoadedConfig load_config(const std::string& path, const std::vector<std::string>& overrides);
 
-// Every rule violated by `c` (empty when valid). parse_config calls this; it
-// is public so tests and `moe validate --topology` reuse the same code.
+// Every rule violated by `c`, followed by not_yet_implemented(c) (empty when
+// `c` can run). parse_config calls this; it is public so tests, run-time
+// checks and `moe validate --topology` reuse the same code.
 std::vector<std::string> config_problems(const Config& c);
 
-// Names of every known key (for help text and suggestions).
+// One message per requested feature that is parsed but not implemented yet,
+// e.g. "moe_split_expert_weight_layout=true: not implemented yet (arrives with
+// the fast-path work)". The gates live in one table in config_rules.cpp; a
+// landing feature deletes its row.
+std::vector<std::string> not_yet_implemented(const Config& c);
+
+// The offload targets of SPEC.md §6. Splits `spec` on commas, trims spaces,
+// ignores empty items; "all" expands to every target. Returns each target at
+// most once, in the order fsdp_all_gather, ep_collectives, ragged_sort.
+// Throws moe::Error naming every unknown item and listing the valid ones.
+std::vector<std::string> parse_offload_targets(const std::string& spec);
+
+// Names of every known key, in documentation order (for help text and suggestions).
 const std::vector<std::string>& config_keys();
 
-// Human-readable table "key  value  source" for rank 0 to print.
+// Description of one key, for docs and help: type is "int", "float", "bool",
+// "string" or "enum" (then `allowed` lists the values); group is "layer",
+// "parallelism", "offload" or "train"; default_value is printed as in the table.
+struct ConfigKeyInfo {
+  std::string name;
+  std::string type;
+  std::string default_value;
+  std::vector<std::string> allowed;
+  std::string help;
+  std::string group;
+  bool required = false;
+};
+// Every key, in documentation order (grouped by `group`).
+std::vector<ConfigKeyInfo> config_key_infos();
+
+// Printed value of `key` in `c` ("8", "bf16", "true", "0.01", ""); the
+// same spelling the resolved table and the override syntax use.
+// REQUIRES: key is one of config_keys().
+std::string config_value(const Config& c, const std::string& key);
+
+// Human-readable table "key  value  source", aligned and grouped by section,
+// for rank 0 to print. Empty string values print as "".
 std::string format_config_table(const std::vector<ConfigEntry>& table);
+
+// The key list for --help: one line per key (name, type, default, help),
+// grouped by section.
+std::string format_config_help();
 
 }  // namespace moe

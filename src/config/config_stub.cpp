@@ -1,1 +1,0 @@
-// Placeholder so the library builds until config.cpp lands; removed then.
