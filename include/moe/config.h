@@ -36,8 +36,8 @@ struct Config {
   double capacity_factor = -1.0;  // -1: dropless; > 0: per-expert slot cap
   bool prefuse_moe_weights = false;
   bool moe_split_expert_weight_layout = false;
-  KernelChoice moe_permute_kernel = KernelChoice::reference;
-  KernelChoice moe_combine_kernel = KernelChoice::reference;
+  KernelChoice moe_permute_kernel = KernelChoice::fused;
+  KernelChoice moe_combine_kernel = KernelChoice::fused;
   bool float32_weight_sum = true;
 
   // --- parallelism (SPEC.md §3) ---

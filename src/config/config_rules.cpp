@@ -143,12 +143,6 @@ const Gate kNotYetImplemented[] = {
      [](const Config& c) { return c.ragged_buffer_factor != -1.0; }},
     {"moe_offload_targets", "the side-engine offload work",
      [](const Config& c) { return !offload_items(c.moe_offload_targets).empty(); }},
-    {"moe_split_expert_weight_layout", "the fast-path work",
-     [](const Config& c) { return c.moe_split_expert_weight_layout; }},
-    {"moe_permute_kernel", "the fast-path work",
-     [](const Config& c) { return c.moe_permute_kernel == KernelChoice::fused; }},
-    {"moe_combine_kernel", "the fast-path work",
-     [](const Config& c) { return c.moe_combine_kernel == KernelChoice::fused; }},
 };
 
 }  // namespace

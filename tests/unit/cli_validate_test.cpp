@@ -8,21 +8,13 @@
 #include <fstream>
 #include <sstream>
 
+#include "testing/cli_runner.h"
+
 namespace {
 
 namespace fs = std::filesystem;
 
-struct RunResult {
-  int exit_code;
-  std::string out, err;
-};
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+using moe::testing::RunResult;
 
 class ConfigCliValidate : public ::testing::Test {
  protected:
@@ -39,12 +31,7 @@ class ConfigCliValidate : public ::testing::Test {
   }
 
   // Runs `moe <args>` (args are shell words, already quoted where needed).
-  RunResult run(const std::string& args) {
-    fs::path out = dir_ / "stdout", err = dir_ / "stderr";
-    std::string cmd = std::string(MOE_BINARY) + " " + args + " >" + out.string() + " 2>" + err.string();
-    int status = std::system(cmd.c_str());
-    return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(out), slurp(err)};
-  }
+  RunResult run(const std::string& args) { return moe::testing::run_moe(args, dir_.string()); }
 
   fs::path dir_;
 };
@@ -65,12 +52,12 @@ TEST_F(ConfigCliValidate, ValidConfigPrintsTheTable) {
 TEST_F(ConfigCliValidate, InvalidConfigNamesEveryProblem) {
   auto cfg = write("bad.yml", std::string(kValid) + "num_expert: 4\ncapacity_factor: 0\n");
   RunResult r = run("validate " + cfg.string() +
-                    " moe_offload_targets=fsdp_all_gather,tensor_core steps=1.5 moe_combine_kernel=fused");
+                    " moe_offload_targets=fsdp_all_gather,tensor_core steps=1.5 use_ring_of_experts=true");
   EXPECT_EQ(r.exit_code, 1);
   for (const char* needle : {"moe: error: unknown config key 'num_expert' (did you mean 'num_experts'?)",
                              "moe: error: capacity_factor must be -1", "'tensor_core'",
                              "moe: error: steps: bad value '1.5' (expected an integer)",
-                             "moe: error: moe_combine_kernel=fused: not implemented yet"})
+                             "moe: error: use_ring_of_experts=true: not implemented yet"})
     EXPECT_NE(r.err.find(needle), std::string::npos) << needle << "\n" << r.err;
   EXPECT_EQ(r.out.find("num_experts_per_tok"), std::string::npos) << "no table for an invalid config";
 }

@@ -269,20 +269,16 @@ TEST(ConfigGates, EachUnimplementedFeatureIsRejected) {
       {"num_moe_token_chunks=2", "num_moe_token_chunks=2: not implemented yet"},
       {"ragged_buffer_factor=1.5", "ragged_buffer_factor=1.5: not implemented yet"},
       {"moe_offload_targets=all", "moe_offload_targets=all: not implemented yet"},
-      {"moe_permute_kernel=fused",
-       "moe_permute_kernel=fused: not implemented yet (arrives with the fast-path work)"},
-      {"moe_combine_kernel=fused",
-       "moe_combine_kernel=fused: not implemented yet (arrives with the fast-path work)"},
   };
   for (const auto& [override, message] : cases) {
     EXPECT_PROBLEM(problems_of(kBase, {override}), message);
     Config c = parse_config(kBase, "t", {}).config;
     EXPECT_TRUE(not_yet_implemented(c).empty());
   }
-  auto p = problems_of(kBase, {"moe_split_expert_weight_layout=true", "prefuse_moe_weights=true"});
-  ASSERT_EQ(p.size(), 1u) << joined(p);
-  EXPECT_EQ(p[0],
-            "moe_split_expert_weight_layout=true: not implemented yet (arrives with the fast-path work)");
+  // Landed features pass the gates.
+  EXPECT_TRUE(problems_of(kBase, {"moe_split_expert_weight_layout=true", "prefuse_moe_weights=true",
+                                  "moe_permute_kernel=fused", "moe_combine_kernel=reference"})
+                  .empty());
 }
 
 TEST(ConfigGates, RuleViolationsAreReportedToo) {
@@ -291,14 +287,13 @@ TEST(ConfigGates, RuleViolationsAreReportedToo) {
   EXPECT_PROBLEM(p, "use_ring_of_experts=true: not implemented yet");
   p = problems_of(kBase, {"moe_split_expert_weight_layout=true"});
   EXPECT_PROBLEM(p, "requires prefuse_moe_weights=true");
-  EXPECT_PROBLEM(p, "moe_split_expert_weight_layout=true: not implemented yet");
 }
 
 TEST(ConfigErrors, AllProblemsReportedAtOnce) {
   std::vector<std::string> p;
   try {
     parse_config("num_expert: 8\nnum_experts_per_tok: 2\nemb_dim: 1.5\nmoe_mlp_dim: 32\n", "bad.yml",
-                 {"capacity_factor=0", "moe_offload_targets=tensor_core", "moe_combine_kernel=fused"});
+                 {"capacity_factor=0", "moe_offload_targets=tensor_core", "num_moe_token_chunks=2"});
     FAIL() << "invalid config accepted";
   } catch (const ConfigError& e) {
     p = e.problems();
@@ -311,7 +306,7 @@ TEST(ConfigErrors, AllProblemsReportedAtOnce) {
   EXPECT_PROBLEM(p, "emb_dim: bad value '1.5'");
   EXPECT_PROBLEM(p, "capacity_factor must be -1");
   EXPECT_PROBLEM(p, "unknown target 'tensor_core'");
-  EXPECT_PROBLEM(p, "moe_combine_kernel=fused: not implemented yet");
+  EXPECT_PROBLEM(p, "num_moe_token_chunks=2: not implemented yet");
   EXPECT_EQ(find(p, "emb_dim is required"), -1) << "a bad value is reported once";
 }
 

@@ -67,7 +67,7 @@ TEST(KernelGrad, GroupedGemmDlhsDrhs) {
 
 Routing sample_routing(int64_t T, int64_t K, int64_t E, int64_t cap, uint64_t seed) {
   std::vector<int32_t> idx(static_cast<size_t>(T * K));
-  std::mt19937 rng(uint32_t(seed));
+  std::mt19937 rng{static_cast<uint32_t>(seed)};
   for (int64_t t = 0; t < T; ++t) {
     std::vector<int32_t> e(static_cast<size_t>(E));
     std::iota(e.begin(), e.end(), 0);

@@ -1,0 +1,109 @@
+// `moe init` and `moe step` end to end through the real binary: the file
+// contract of SPEC.md §7, equality with the in-process layer, clear errors.
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "moe/config.h"
+#include "moe/layer.h"
+#include "moe/safetensors.h"
+#include "testing/cli_runner.h"
+#include "testing/temp_dir.h"
+
+namespace moe {
+namespace {
+
+using testing::run_moe;
+
+const char* kConfig = "num_experts: 6\nnum_experts_per_tok: 2\nemb_dim: 16\nmoe_mlp_dim: 8\ndtype: bf16\n";
+
+class CliStep : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    cfg_ = dir_.file("c.yml");
+    std::ofstream(cfg_) << kConfig;
+  }
+  testing::RunResult moe(const std::string& args) { return run_moe(args, dir_.path()); }
+  testing::TempDir dir_;
+  std::string cfg_;
+};
+
+TEST_F(CliStep, WritesTheContractedOutputs) {
+  auto r = moe("init --config " + cfg_ + " --out " + dir_.file("w.st") + " --seed 3 --inputs " + dir_.file("in.st") +
+               " --tokens 10");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  r = moe("step --config " + cfg_ + " --weights " + dir_.file("w.st") + " --inputs " + dir_.file("in.st") +
+          " --out " + dir_.file("out.st"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  SafetensorsFile out = read_safetensors(dir_.file("out.st"));
+  const std::vector<std::pair<std::string, Shape>> want = {
+      {"y", {10, 16}},           {"topk_idx", {10, 2}},    {"topk_weights", {10, 2}},
+      {"group_sizes", {6}},      {"aux.load_balance_loss", {}}, {"aux.z_loss", {}},
+      {"grad.x", {10, 16}},      {"grad.router.kernel", {16, 6}}, {"grad.experts.wi_0", {6, 16, 8}},
+      {"grad.experts.wi_1", {6, 16, 8}}, {"grad.experts.wo", {6, 8, 16}}};
+  ASSERT_EQ(out.tensors.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_EQ(out.tensors[i].first, want[i].first);
+    EXPECT_EQ(out.tensors[i].second.shape(), want[i].second) << want[i].first;
+  }
+  EXPECT_EQ(out.at("y").dtype(), DType::bf16);
+  EXPECT_EQ(out.at("topk_idx").dtype(), DType::i32);
+  EXPECT_EQ(out.at("group_sizes").dtype(), DType::i32);
+  EXPECT_EQ(out.at("grad.x").dtype(), DType::f32);
+  // The binary computes exactly what the library computes.
+  Config cfg = parse_config(kConfig, "c", {}).config;
+  SafetensorsFile wf = read_safetensors(dir_.file("w.st")), in = read_safetensors(dir_.file("in.st"));
+  LayerWeights w = weights_from(cfg, [&](const std::string& n) { return wf.find(n); }, "", wf.path);
+  LayerOutputs o;
+  auto fwd = layer_forward(cfg, w, in.at("x"), nullptr, o);
+  EXPECT_TRUE(o.y.bit_equal(out.at("y")));
+  EXPECT_TRUE(layer_backward(cfg, *fwd, in.at("dy")).dx.bit_equal(out.at("grad.x")));
+}
+
+TEST_F(CliStep, ForcedRoutingAndForwardOnly) {
+  ASSERT_EQ(moe("init --config " + cfg_ + " --out " + dir_.file("w.st")).exit_code, 0);
+  Tensor x(DType::f32, {3, 16}), idx(DType::i32, {3, 2});
+  const int32_t ids[] = {5, 0, 5, 1, 4, 5};
+  std::copy(ids, ids + 6, idx.data<int32_t>());
+  write_safetensors(dir_.file("in.st"), {{"x", x}, {"topk_idx", idx}});
+  auto r = moe("step --config " + cfg_ + " --weights " + dir_.file("w.st") + " --inputs " + dir_.file("in.st") +
+               " --out " + dir_.file("out.st"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  SafetensorsFile out = read_safetensors(dir_.file("out.st"));
+  EXPECT_TRUE(out.at("topk_idx").bit_equal(idx));
+  EXPECT_EQ(out.find("grad.x"), nullptr);
+  EXPECT_EQ(out.at("group_sizes").data<int32_t>()[5], 3);
+}
+
+TEST_F(CliStep, BadInputsAreNamedErrors) {
+  ASSERT_EQ(moe("init --config " + cfg_ + " --out " + dir_.file("w.st")).exit_code, 0);
+  write_safetensors(dir_.file("nox.st"), {{"dy", Tensor(DType::f32, {2, 16})}});
+  write_safetensors(dir_.file("badx.st"), {{"x", Tensor(DType::f32, {2, 15})}});
+  std::ofstream(dir_.file("trunc.st")) << "garbage";
+  auto step = [&](const std::string& weights, const std::string& inputs, const std::string& extra = "") {
+    return moe("step --config " + cfg_ + " --weights " + weights + " --inputs " + inputs + " --out " +
+               dir_.file("o.st") + extra);
+  };
+  struct Case {
+    testing::RunResult r;
+    const char* needle;
+  };
+  const Case cases[] = {
+      {step(dir_.file("w.st"), dir_.file("nox.st")), "no tensor named 'x'"},
+      {step(dir_.file("w.st"), dir_.file("badx.st")), "x: expected shape [T, 16]"},
+      {step(dir_.file("trunc.st"), dir_.file("nox.st")), "trunc.st"},
+      {step(dir_.file("w.st"), dir_.file("nox.st"), " emb_dim=32"), "weight 'router.kernel' has shape [16, 6], the config needs [32, 6]"},
+      {step(dir_.file("w.st"), dir_.file("nox.st"), " prefuse_moe_weights=true"), "missing weight 'experts.wi'"},
+      {step(dir_.file("missing.st"), dir_.file("nox.st")), "missing.st"},
+  };
+  for (const Case& c : cases) {
+    EXPECT_EQ(c.r.exit_code, 1) << c.needle;
+    EXPECT_NE(c.r.err.find(c.needle), std::string::npos) << c.needle << "\n" << c.r.err;
+    EXPECT_EQ(c.r.err.find("terminate"), std::string::npos) << c.r.err;
+  }
+  EXPECT_NE(moe("--help").out.find("step"), std::string::npos);
+  EXPECT_NE(moe("step --help").out.find("--weights"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace moe
