@@ -6,7 +6,7 @@
 namespace moe {
 
 FfnWeights ffn_weights(const Config& cfg, const LayerWeights& lw) {
-  const int64_t E = cfg.num_experts, D = cfg.emb_dim, F = cfg.moe_mlp_dim;
+  const int64_t E = lw.wo.dim(0), D = cfg.emb_dim, F = cfg.moe_mlp_dim;
   FfnWeights w;
   w.prefused = cfg.prefuse_moe_weights;
   w.split = cfg.moe_split_expert_weight_layout;
@@ -52,6 +52,9 @@ void drhs_fused(const FfnWeights& w, const Tensor& xs, const Tensor& dh, const G
   gmm_drhs(xs, dh, g, lo.dim(0), hi);
 }
 
+// Rows of the local groups [0, E_l): the rows every elementwise step covers.
+int64_t local_rows(const FfnWeights& w, const GroupLayout& g) { return g.offsets[size_t(w.wo.dim(0))]; }
+
 // dst = round(a + b) over all elements (a, b f32; dst dtype).
 void add_round(const Tensor& a, const Tensor& b, Tensor& dst) {
   parallel_for(a.numel(), 4096, [&](int64_t s, int64_t e) {
@@ -85,42 +88,62 @@ FfnActivations ffn_forward(const Config& cfg, const FfnWeights& w, const Tensor&
     v1 = {act.h1, 0, F};
   }
   act.a = Tensor(dt, {R, F});
-  gated_act_forward(cfg.mlp_activation, v0, v1, g.total(), F, act.a);
+  gated_act_forward(cfg.mlp_activation, v0, v1, local_rows(w, g), F, act.a);
   act.ys = Tensor(dt, {R, D});
   gmm(act.a, w.wo, g, 0, act.ys);
   return act;
 }
 
-Tensor ffn_backward(const Config& cfg, const FfnWeights& w, const Tensor& xs, const FfnActivations& act,
-                    const Tensor& dys, const GroupLayout& g, LayerWeights& grads) {
-  const int64_t R = xs.dim(0), F = cfg.moe_mlp_dim, D = cfg.emb_dim, E = cfg.num_experts;
+Tensor ffn_backward_data(const Config& cfg, const FfnWeights& w, const Tensor& xs, const FfnActivations& act,
+                         const Tensor& dys, const GroupLayout& g, FfnGradInputs& keep) {
+  const int64_t R = xs.dim(0), F = cfg.moe_mlp_dim, D = cfg.emb_dim;
   const DType dt = cfg.dtype;
-  grads.wo = Tensor(DType::f32, {E, F, D});
-  gmm_drhs(act.a, dys, g, 0, grads.wo);
+  const int64_t rows = local_rows(w, g);
+  keep.xs = xs;
+  keep.a = act.a;
+  keep.dys = dys;
   Tensor da(dt, {R, F});
   gmm_dlhs(dys, w.wo, g, 0, da);
   Tensor dxs(dt, {R, D});
   if (w.prefused) {
-    Tensor dh(dt, {R, 2 * F});
-    gated_act_backward(cfg.mlp_activation, {act.h, 0, 2 * F}, {act.h, F, 2 * F}, da, g.total(), F, {dh, 0, 2 * F},
-                       {dh, F, 2 * F});
-    Tensor dwi(DType::f32, {E, D, 2 * F});
-    drhs_fused(w, xs, dh, g, dwi);
-    grads.wi = w.split ? dwi.reshaped({2, E, D / 2, 2 * F}) : dwi;
-    dlhs_fused(w, dh, g, dxs);
+    keep.dh = Tensor(dt, {R, 2 * F});
+    gated_act_backward(cfg.mlp_activation, {act.h, 0, 2 * F}, {act.h, F, 2 * F}, da, rows, F,
+                       {keep.dh, 0, 2 * F}, {keep.dh, F, 2 * F});
+    dlhs_fused(w, keep.dh, g, dxs);
     return dxs;
   }
-  Tensor dh0(dt, {R, F}), dh1(dt, {R, F});
-  gated_act_backward(cfg.mlp_activation, {act.h0, 0, F}, {act.h1, 0, F}, da, g.total(), F, {dh0, 0, F},
-                     {dh1, 0, F});
-  grads.wi_0 = Tensor(DType::f32, {E, D, F});
-  grads.wi_1 = Tensor(DType::f32, {E, D, F});
-  gmm_drhs(xs, dh0, g, 0, grads.wi_0);
-  gmm_drhs(xs, dh1, g, 0, grads.wi_1);
+  keep.dh0 = Tensor(dt, {R, F});
+  keep.dh1 = Tensor(dt, {R, F});
+  gated_act_backward(cfg.mlp_activation, {act.h0, 0, F}, {act.h1, 0, F}, da, rows, F, {keep.dh0, 0, F},
+                     {keep.dh1, 0, F});
   Tensor p0(DType::f32, {R, D}), p1(DType::f32, {R, D});
-  gmm_dlhs(dh0, w.wi_0, g, 0, p0);
-  gmm_dlhs(dh1, w.wi_1, g, 0, p1);
+  gmm_dlhs(keep.dh0, w.wi_0, g, 0, p0);
+  gmm_dlhs(keep.dh1, w.wi_1, g, 0, p1);
   add_round(p0, p1, dxs);
+  return dxs;
+}
+
+void ffn_weight_grads(const FfnWeights& w, const FfnGradInputs& in, const GroupLayout& g, LayerWeights& grads) {
+  const int64_t El = w.wo.dim(0), F = w.wo.dim(1), D = w.wo.dim(2);
+  grads.wo = Tensor(DType::f32, {El, F, D});
+  gmm_drhs(in.a, in.dys, g, 0, grads.wo);
+  if (w.prefused) {
+    Tensor dwi(DType::f32, {El, D, 2 * F});
+    drhs_fused(w, in.xs, in.dh, g, dwi);
+    grads.wi = w.split ? dwi.reshaped({2, El, D / 2, 2 * F}) : dwi;
+    return;
+  }
+  grads.wi_0 = Tensor(DType::f32, {El, D, F});
+  grads.wi_1 = Tensor(DType::f32, {El, D, F});
+  gmm_drhs(in.xs, in.dh0, g, 0, grads.wi_0);
+  gmm_drhs(in.xs, in.dh1, g, 0, grads.wi_1);
+}
+
+Tensor ffn_backward(const Config& cfg, const FfnWeights& w, const Tensor& xs, const FfnActivations& act,
+                    const Tensor& dys, const GroupLayout& g, LayerWeights& grads) {
+  FfnGradInputs keep;
+  Tensor dxs = ffn_backward_data(cfg, w, xs, act, dys, g, keep);
+  ffn_weight_grads(w, keep, g, grads);
   return dxs;
 }
 

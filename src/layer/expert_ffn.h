@@ -25,10 +25,26 @@ struct FfnActivations {
   Tensor ys;      // [R, D]
 };
 
-// xs: [R, D] dtype. Rows past groups.total() of every output are zero.
+// xs: [R, D] dtype; E_l = w.wo.dim(0) local experts (groups may list more:
+// only the first E_l are computed). Rows past them in every output are zero.
 FfnActivations ffn_forward(const Config& cfg, const FfnWeights& w, const Tensor& xs, const GroupLayout& groups);
 
-// dys: [R, D] dtype. Returns dxs [R, D] dtype; writes f32 weight gradients into grads (names as LayerWeights).
+// What the weight gradients need from one backward: the GEMM inputs and the
+// output gradients, row for row (dh is [R, 2F] prefused, else dh0/dh1 [R, F]).
+struct FfnGradInputs {
+  Tensor xs, a, dys, dh, dh0, dh1;
+};
+
+// The data part of the backward. dys: [R, D] dtype. Returns dxs [R, D] dtype;
+// fills `keep` with the rows the weight gradients need.
+Tensor ffn_backward_data(const Config& cfg, const FfnWeights& w, const Tensor& xs, const FfnActivations& act,
+                         const Tensor& dys, const GroupLayout& groups, FfnGradInputs& keep);
+
+// f32 weight gradients (names as LayerWeights; E_l = w.wo.dim(0) experts)
+// from the kept rows: dwo = a^T dys, dwi = xs^T dh per group.
+void ffn_weight_grads(const FfnWeights& w, const FfnGradInputs& in, const GroupLayout& groups, LayerWeights& grads);
+
+// Both parts: returns dxs and writes the weight gradients.
 Tensor ffn_backward(const Config& cfg, const FfnWeights& w, const Tensor& xs, const FfnActivations& act,
                     const Tensor& dys, const GroupLayout& groups, LayerWeights& grads);
 
