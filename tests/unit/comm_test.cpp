@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "moe/comm.h"
+#include "moe/comm_tensor.h"
 
 namespace moe {
 namespace {
@@ -125,6 +126,24 @@ TEST(World, LauncherDetectionReadsEnvironment) {
   EXPECT_TRUE(launched_by_mpi());
   ::unsetenv("PMIX_RANK");
   EXPECT_FALSE(launched_by_mpi());
+}
+
+}  // namespace
+}  // namespace moe
+
+namespace moe {
+namespace {
+
+TEST(CommTensor, SingleProcessRoundTripsAndRowSplit) {
+  auto c = make_single_process_comm();
+  Tensor t(DType::bf16, {5, 3});
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<bf16>()[i] = to_bf16(float(i));
+  EXPECT_TRUE(scatter_rows(*c, t, 0).bit_equal(t));
+  EXPECT_TRUE(gather_rows(*c, t, 0).bit_equal(t));
+  EXPECT_TRUE(broadcast_tensor(*c, t, 0).bit_equal(t));
+  EXPECT_EQ(row_begin(10, 1, 4), 2);
+  EXPECT_EQ(row_begin(10, 4, 4), 10);
+  EXPECT_EQ(c->counters().get(CollKind::AG).count, 0);  // file I/O is not counted
 }
 
 }  // namespace
