@@ -5,6 +5,7 @@
 
 #include <cstring>
 #include <numeric>
+#include <thread>
 
 #include "moe/comm_tensor.h"
 #include "mpi_env.h"
@@ -191,6 +192,34 @@ TEST(MpiCommTensor, ScatterAndGatherRowsThroughRoot) {
   Tensor b = broadcast_tensor(w, w.rank() == 0 ? full : Tensor(), 0);
   EXPECT_EQ(b.shape(), (Shape{n, 2}));
   EXPECT_EQ(b.data<int32_t>()[13], 13);
+}
+
+// The side-engine pattern: a second thread drives its own communicator (a
+// split of the world) while the main thread runs collectives on the world.
+TEST(MpiComm, TwoThreadsOnTwoCommunicators) {
+  Communicator& w = world();
+  if (w.thread_level() != ThreadLevel::multiple) GTEST_SKIP() << "MPI_THREAD_MULTIPLE not provided";
+  auto side = w.split(0, w.rank());
+  const size_t block = 64, n = block * size_t(w.size());
+  std::vector<float> in = contribution(w.rank(), n), rs(block);
+  std::vector<float> expect = rank_order_sum(w.size(), n, block * size_t(w.rank()), block);
+  int side_ok = 0;
+  std::thread t([&] {
+    for (int it = 0; it < 20; ++it) {
+      side->ireduce_scatter_sum(in.data(), rs.data(), block)->wait();
+      side_ok += same_bits(rs, expect) ? 1 : 0;
+    }
+  });
+  int main_ok = 0;
+  for (int it = 0; it < 20; ++it) {
+    int32_t me = w.rank() + it;
+    std::vector<int32_t> all(size_t(w.size()));
+    w.all_gather(&me, all.data(), sizeof(me));
+    main_ok += all[size_t(w.size() - 1)] == w.size() - 1 + it ? 1 : 0;
+  }
+  t.join();
+  EXPECT_EQ(side_ok, 20);
+  EXPECT_EQ(main_ok, 20);
 }
 
 }  // namespace
