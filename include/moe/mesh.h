@@ -73,6 +73,8 @@ class Mesh {
   // unknown or repeated axis name is an error naming it.
   Communicator& comm(const std::vector<std::string>& axes) const;
   Communicator& comm_of(const std::vector<MeshAxis>& axes) const;
+  // Coordinates of member `index` of this rank's group along `axes`.
+  MeshCoords member_coords(const std::vector<MeshAxis>& axes, int index) const;
   // Product of the axes' extents / this rank's index among them (major first).
   int extent(const std::vector<std::string>& axes) const;
   int index(const std::vector<std::string>& axes) const;

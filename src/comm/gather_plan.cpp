@@ -102,20 +102,46 @@ Tensor reduce_scatter_by_plan(const Mesh& mesh, const Tensor& full_grad, const G
   return t;
 }
 
-Tensor local_shard(const Mesh& mesh, const Tensor& full, const ShardSpec& spec) {
+Tensor shard_at(const MeshShape& shape, const MeshCoords& coords, const Tensor& full, const ShardSpec& spec) {
   if (int(spec.size()) > full.ndim())
     fail("[local_shard] spec has ", spec.size(), " dims, the tensor ", shape_str(full.shape()));
-  Tensor t = full.clone();
+  Tensor t = full;
   for (int d = 0; d < int(spec.size()); ++d) {
-    const auto& axes = spec[size_t(d)];
-    if (axes.empty()) continue;
-    const int64_t n = mesh.extent(axes);
+    int64_t n = 1, idx = 0;
+    for (MeshAxis a : parse_mesh_axes(spec[size_t(d)])) {
+      n *= shape.extent(a);
+      idx = idx * shape.extent(a) + coords[a];
+    }
+    if (n == 1) continue;
     if (t.dim(d) % n != 0)
       fail("[local_shard] dim ", d, " of ", shape_str(full.shape()), " does not divide by ", n, " shards");
     const int64_t len = t.dim(d) / n;
-    t = slice_dim(t, d, mesh.index(axes) * len, len);
+    t = slice_dim(t, d, idx * len, len);
   }
-  return t;
+  return t.raw() == full.raw() ? full.clone() : t;
+}
+
+Tensor local_shard(const Mesh& mesh, const Tensor& full, const ShardSpec& spec) {
+  return shard_at(mesh.shape(), mesh.coords(), full, spec);
+}
+
+Tensor reduce_to_shard(const Mesh& mesh, const Tensor& full_grad, const ShardSpec& spec,
+                       const std::vector<std::string>& sum_axes) {
+  if (full_grad.dtype() != DType::f32) fail("[reduce_to_shard] needs an f32 gradient");
+  // World order over the group: the axes in canonical (data, fsdp, expert) order.
+  std::vector<MeshAxis> axes = parse_mesh_axes(sum_axes);
+  std::sort(axes.begin(), axes.end());
+  Communicator& comm = mesh.comm_of(axes);
+  const int w = comm.size();
+  Tensor mine = local_shard(mesh, full_grad, spec);
+  const size_t block = size_t(mine.numel());
+  std::vector<float> send(size_t(w) * block), staging(size_t(w) * block);
+  for (int t = 0; t < w; ++t) {
+    Tensor piece = shard_at(mesh.shape(), mesh.member_coords(axes, t), full_grad, spec);
+    std::memcpy(send.data() + size_t(t) * block, piece.data<float>(), block * sizeof(float));
+  }
+  comm.reduce_scatter_sum(send.data(), mine.data<float>(), block);
+  return mine;
 }
 
 }  // namespace moe

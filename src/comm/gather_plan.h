@@ -42,5 +42,18 @@ Tensor reduce_scatter_by_plan(const Mesh& mesh, const Tensor& full_grad, const G
 // This rank's shard of a full tensor laid out as `spec` on `mesh` (a copy;
 // each sharded dim must divide by the product of its axes' extents).
 Tensor local_shard(const Mesh& mesh, const Tensor& full, const ShardSpec& spec);
+// The shard of the rank at `coords`.
+Tensor shard_at(const MeshShape& shape, const MeshCoords& coords, const Tensor& full, const ShardSpec& spec);
+
+// Deterministic "sum, then keep my shard" in ONE collective (one RS on the
+// counters): sums the f32 full-size gradients of every rank of
+// mesh.comm(sum_axes) in world rank order and returns this rank's shard as
+// laid out by `spec`. Bit-identical to all_reduce_sum over the same group
+// followed by local_shard (the boundary-gather baseline), whatever the
+// grouping of the plan's axes. Cost: sends each member of the group its
+// shard (group size x shard bytes), more than a plain reduce-scatter when the
+// group includes axes the spec does not shard over.
+Tensor reduce_to_shard(const Mesh& mesh, const Tensor& full_grad, const ShardSpec& spec,
+                       const std::vector<std::string>& sum_axes);
 
 }  // namespace moe

@@ -138,6 +138,16 @@ Communicator& Mesh::comm_of(const std::vector<MeshAxis>& axes) const {
 
 Communicator& Mesh::comm(const std::vector<std::string>& axes) const { return comm_of(parse_mesh_axes(axes)); }
 
+MeshCoords Mesh::member_coords(const std::vector<MeshAxis>& axes, int index) const {
+  MeshCoords c = coords_;
+  for (auto it = axes.rbegin(); it != axes.rend(); ++it) {
+    const int n = shape_.extent(*it);
+    (*it == MeshAxis::data ? c.data : *it == MeshAxis::fsdp ? c.fsdp : c.expert) = index % n;
+    index /= n;
+  }
+  return c;
+}
+
 int Mesh::extent(const std::vector<std::string>& axes) const {
   int n = 1;
   for (MeshAxis a : parse_mesh_axes(axes)) n *= shape_.extent(a);

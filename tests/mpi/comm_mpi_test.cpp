@@ -188,7 +188,9 @@ TEST(MpiCommTensor, ScatterAndGatherRowsThroughRoot) {
   ASSERT_EQ(mine.dim(0), row_begin(n, w.rank() + 1, w.size()) - begin);
   for (int64_t i = 0; i < mine.numel(); ++i) EXPECT_EQ(mine.data<int32_t>()[i], int32_t(2 * begin + i));
   Tensor back = gather_rows(w, mine, 0);
-  if (w.rank() == 0) EXPECT_TRUE(back.bit_equal(full));
+  if (w.rank() == 0) {
+    EXPECT_TRUE(back.bit_equal(full));
+  }
   Tensor b = broadcast_tensor(w, w.rank() == 0 ? full : Tensor(), 0);
   EXPECT_EQ(b.shape(), (Shape{n, 2}));
   EXPECT_EQ(b.data<int32_t>()[13], 13);

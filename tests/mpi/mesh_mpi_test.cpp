@@ -25,14 +25,7 @@ const std::vector<std::vector<std::string>> kAxisLists = {
 
 // World rank of the member with index t of `axes` in this rank's group.
 int member_rank(const Mesh& mesh, const std::vector<std::string>& axes, int t) {
-  MeshCoords c = mesh.coords();
-  std::vector<MeshAxis> parsed = parse_mesh_axes(axes);
-  for (auto it = parsed.rbegin(); it != parsed.rend(); ++it) {
-    const int n = mesh.shape().extent(*it);
-    (*it == MeshAxis::data ? c.data : *it == MeshAxis::fsdp ? c.fsdp : c.expert) = t % n;
-    t /= n;
-  }
-  return mesh.shape().rank_of(c);
+  return mesh.shape().rank_of(mesh.member_coords(parse_mesh_axes(axes), t));
 }
 
 TEST(MpiMesh, SubCommunicatorsFollowCoordinateOrder) {
@@ -113,6 +106,26 @@ TEST(MpiGatherPlan, ReduceScatterBackwardSumsTheGroup) {
         for (int64_t i = 0; i < sum.numel(); ++i) sum.data<float>()[i] += g.data<float>()[i];
       }
       EXPECT_TRUE(got.bit_equal(local_shard(mesh, sum, pc.stored)));
+    }
+  }
+}
+
+// The one-collective gradient path gives the bits of the baseline
+// (all-reduce over the group in world order, then keep the shard).
+TEST(MpiGatherPlan, ReduceToShardMatchesAllReduceThenShardBitForBit) {
+  Communicator& w = world();
+  Tensor g(DType::f32, {8, 8, 8});
+  for (int64_t i = 0; i < g.numel(); ++i) g.data<float>()[i] = seeded_float(w.rank(), i, 11);
+  const std::vector<std::string> all_axes = {"expert", "data", "fsdp"};  // any order: summed in world order
+  for (MeshShape s : factorizations(w.size())) {
+    Mesh mesh(w, s);
+    Tensor summed = Tensor::empty(DType::f32, g.shape());
+    w.all_reduce_sum(g.data<float>(), summed.data<float>(), size_t(g.numel()));
+    for (const PlanCase& pc : kPlanCases) {
+      w.counters().reset();
+      Tensor got = reduce_to_shard(mesh, g, pc.stored, all_axes);
+      EXPECT_TRUE(got.bit_equal(local_shard(mesh, summed, pc.stored)));
+      EXPECT_EQ(w.counters().get(CollKind::RS).count, 1);
     }
   }
 }
