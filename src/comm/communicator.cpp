@@ -1,0 +1,123 @@
+// The backend-independent half of Communicator: argument checks, counters,
+// and the deterministic f32 reductions built on the byte-moving primitives.
+#include <utility>
+
+#include "moe/comm.h"
+#include "moe/error.h"
+
+namespace moe {
+
+A2ALayout A2ALayout::uniform(int size, int64_t block) {
+  A2ALayout l;
+  for (int r = 0; r < size; ++r) {
+    l.send_counts.push_back(block);
+    l.send_offsets.push_back(r * block);
+    l.recv_counts.push_back(block);
+    l.recv_offsets.push_back(r * block);
+  }
+  return l;
+}
+
+void ordered_sum(const float* blocks, int count, size_t n, size_t stride, float* out) {
+  MOE_ASSERT(count >= 1, "ordered_sum: no blocks");
+  for (size_t i = 0; i < n; ++i) out[i] = blocks[i];
+  for (int b = 1; b < count; ++b) {
+    const float* src = blocks + size_t(b) * stride;
+    for (size_t i = 0; i < n; ++i) out[i] += src[i];
+  }
+}
+
+Communicator::Communicator(std::shared_ptr<CommCounters> counters) : counters_(std::move(counters)) {
+  MOE_ASSERT(counters_ != nullptr, "Communicator: null counters");
+}
+
+void Communicator::check_layout(const A2ALayout& l, const char* op) const {
+  const size_t w = size_t(size());
+  if (l.send_counts.size() != w || l.send_offsets.size() != w || l.recv_counts.size() != w ||
+      l.recv_offsets.size() != w)
+    fail("[", op, "] layout needs ", w, " entries per vector (one per rank), got send ", l.send_counts.size(),
+         "/", l.send_offsets.size(), " recv ", l.recv_counts.size(), "/", l.recv_offsets.size());
+  for (size_t j = 0; j < w; ++j)
+    if (l.send_counts[j] < 0 || l.send_offsets[j] < 0 || l.recv_counts[j] < 0 || l.recv_offsets[j] < 0)
+      fail("[", op, "] negative count or offset for rank ", j);
+}
+
+namespace {
+int64_t send_elems(const A2ALayout& l) {
+  int64_t s = 0;
+  for (int64_t c : l.send_counts) s += c;
+  return s;
+}
+
+// ireduce_scatter_sum's event: the all-to-all of blocks, then the ordered
+// add into the caller's output when waited on.
+class OrderedSumRequest : public CommRequest {
+ public:
+  OrderedSumRequest(CommRequestPtr inner, std::vector<float> staging, float* out, int count, size_t block)
+      : inner_(std::move(inner)), staging_(std::move(staging)), out_(out), count_(count), block_(block) {}
+  ~OrderedSumRequest() override { wait(); }
+  void wait() override {
+    if (done_) return;
+    inner_->wait();
+    ordered_sum(staging_.data(), count_, block_, block_, out_);
+    done_ = true;
+  }
+
+ private:
+  CommRequestPtr inner_;
+  std::vector<float> staging_;
+  float* out_;
+  int count_;
+  size_t block_;
+  bool done_ = false;
+};
+}  // namespace
+
+void Communicator::all_gather(const void* send, void* recv, size_t block_bytes) {
+  counters_->add(CollKind::AG, int64_t(block_bytes));
+  do_all_gather(send, recv, block_bytes);
+}
+
+void Communicator::all_to_allv(const void* send, void* recv, const A2ALayout& layout, size_t elem_bytes) {
+  check_layout(layout, "all_to_allv");
+  MOE_ASSERT(elem_bytes > 0, "all_to_allv: zero element size");
+  counters_->add(CollKind::A2A, send_elems(layout) * int64_t(elem_bytes));
+  do_all_to_allv(send, recv, layout, elem_bytes);
+}
+
+void Communicator::all_reduce_sum(const float* in, float* out, size_t n) {
+  counters_->add(CollKind::AR, int64_t(n * sizeof(float)));
+  std::vector<float> staging(size_t(size()) * n);
+  do_all_gather(in, staging.data(), n * sizeof(float));
+  ordered_sum(staging.data(), size(), n, n, out);
+}
+
+void Communicator::reduce_scatter_sum(const float* in, float* out, size_t block) {
+  counters_->add(CollKind::RS, int64_t(size_t(size()) * block * sizeof(float)));
+  std::vector<float> staging(size_t(size()) * block);
+  do_all_to_allv(in, staging.data(), A2ALayout::uniform(size(), int64_t(block)), sizeof(float));
+  ordered_sum(staging.data(), size(), block, block, out);
+}
+
+CommRequestPtr Communicator::iall_gather(const void* send, void* recv, size_t block_bytes) {
+  counters_->add(CollKind::AG, int64_t(block_bytes));
+  return do_iall_gather(send, recv, block_bytes);
+}
+
+CommRequestPtr Communicator::iall_to_allv(const void* send, void* recv, const A2ALayout& layout,
+                                          size_t elem_bytes) {
+  check_layout(layout, "iall_to_allv");
+  MOE_ASSERT(elem_bytes > 0, "iall_to_allv: zero element size");
+  counters_->add(CollKind::A2A, send_elems(layout) * int64_t(elem_bytes));
+  return do_iall_to_allv(send, recv, layout, elem_bytes);
+}
+
+CommRequestPtr Communicator::ireduce_scatter_sum(const float* in, float* out, size_t block) {
+  counters_->add(CollKind::RS, int64_t(size_t(size()) * block * sizeof(float)));
+  std::vector<float> staging(size_t(size()) * block);
+  float* dst = staging.data();  // the vector's buffer moves with it into the request
+  auto inner = do_iall_to_allv(in, dst, A2ALayout::uniform(size(), int64_t(block)), sizeof(float));
+  return std::make_unique<OrderedSumRequest>(std::move(inner), std::move(staging), out, size(), block);
+}
+
+}  // namespace moe

@@ -1,0 +1,50 @@
+// Choosing the world communicator: MPI when a launcher started us and MPI is
+// compiled in, the single-process communicator otherwise.
+#include <cstdlib>
+#include <string>
+
+#include "moe/comm.h"
+#include "moe/error.h"
+#ifdef MOE_HAVE_MPI
+#include "comm/mpi_comm.h"
+#endif
+
+namespace moe {
+#ifndef MOE_HAVE_MPI
+namespace {
+const char* launcher_size_env() {
+  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE"})
+    if (const char* s = std::getenv(v)) return s;
+  return nullptr;
+}
+}  // namespace
+#endif
+
+bool launched_by_mpi() {
+  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"})
+    if (std::getenv(v)) return true;
+  return false;
+}
+
+bool mpi_compiled_in() {
+#ifdef MOE_HAVE_MPI
+  return true;
+#else
+  return false;
+#endif
+}
+
+std::unique_ptr<Communicator> make_world_comm() {
+  if (!launched_by_mpi()) return make_single_process_comm();
+#ifdef MOE_HAVE_MPI
+  return make_mpi_world_comm();
+#else
+  const char* size = launcher_size_env();
+  if (size && std::string(size) != "1")
+    fail("started by mpirun with ", size, " ranks, but this build of moe has no MPI support; rebuild with "
+         "MPI (libopenmpi-dev) or run a single process");
+  return make_single_process_comm();
+#endif
+}
+
+}  // namespace moe

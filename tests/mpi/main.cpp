@@ -1,0 +1,92 @@
+// main() of moe_mpi_tests. Every rank runs every test; only rank 0 prints
+// gtest's report, other ranks print their own failures prefixed with the
+// rank. The exit status is non-zero on every rank if any rank failed.
+//
+// `moe_mpi_tests --die-mid-collective` is the rank-death scenario: rank 1
+// exits with status 3 while the others wait in an all-reduce; mpirun must end
+// the job (CTest runs it under `timeout 60` and requires a non-zero, non-timeout status).
+// `moe_mpi_tests --abort` : the last rank calls Communicator::abort while the
+// others wait in a barrier; the job must end with the message printed.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <thread>
+
+#include "mpi_env.h"
+
+namespace moe::testing {
+namespace {
+std::unique_ptr<Communicator> g_world;
+
+// Prints failures of a non-root rank (the default printer is removed there).
+class RankFailurePrinter : public ::testing::EmptyTestEventListener {
+ public:
+  explicit RankFailurePrinter(int rank) : rank_(rank) {}
+  void OnTestPartResult(const ::testing::TestPartResult& r) override {
+    if (!r.failed()) return;
+    std::fprintf(stderr, "[rank %d] %s:%d: failure\n%s\n", rank_, r.file_name() ? r.file_name() : "?",
+                 r.line_number(), r.summary());
+  }
+
+ private:
+  int rank_;
+};
+
+int die_mid_collective() {
+  Communicator& w = world();
+  if (w.rank() == 1) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    std::fprintf(stderr, "[rank 1] exiting with status 3 mid-collective\n");
+    std::_Exit(3);
+  }
+  float x = 1, y = 0;
+  w.all_reduce_sum(&x, &y, 1);  // never completes: rank 1 is gone
+  std::fprintf(stderr, "[rank %d] all_reduce returned after a rank died\n", w.rank());
+  return 0;
+}
+int abort_from_last_rank() {
+  Communicator& w = world();
+  if (w.rank() == w.size() - 1) w.abort("deliberate abort from the test");
+  w.barrier();  // never completes
+  std::fprintf(stderr, "[rank %d] barrier returned after an abort\n", w.rank());
+  return 0;
+}
+}  // namespace
+
+Communicator& world() { return *g_world; }
+
+float seeded_float(int rank, int64_t index, uint32_t salt) {
+  uint64_t z = (uint64_t(uint32_t(rank)) << 40) ^ uint64_t(index) * 0x9E3779B97F4A7C15ull ^ salt;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  z ^= z >> 31;
+  const float unit = float(z >> 40) / float(1 << 24) - 0.5f;  // [-0.5, 0.5)
+  return std::ldexp(unit, int((z >> 8) % 24) - 12);           // magnitudes 2^-13 .. 2^10
+}
+
+}  // namespace moe::testing
+
+int main(int argc, char** argv) {
+  using namespace moe::testing;
+  g_world = moe::make_world_comm();
+  if (argc > 1 && std::strcmp(argv[1], "--die-mid-collective") == 0) return die_mid_collective();
+  if (argc > 1 && std::strcmp(argv[1], "--abort") == 0) return abort_from_last_rank();
+  ::testing::InitGoogleTest(&argc, argv);
+  const int rank = world().rank();
+  if (rank != 0) {
+    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
+    delete listeners.Release(listeners.default_result_printer());
+    listeners.Append(new RankFailurePrinter(rank));
+  }
+  int failed = RUN_ALL_TESTS() != 0 ? 1 : 0;
+  float any = 0, mine = float(failed);
+  world().all_reduce_sum(&mine, &any, 1);
+  if (rank == 0 && any > 0 && !failed) std::fprintf(stderr, "moe_mpi_tests: a test failed on another rank\n");
+  g_world.reset();
+  return any > 0 ? 1 : 0;
+}

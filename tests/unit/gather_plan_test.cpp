@@ -1,0 +1,86 @@
+// The all-gather planner against every vector of MAXTEXT_NOTES §3.3, and its
+// execution on a single-process mesh.
+#include <gtest/gtest.h>
+
+#include "comm/gather_plan.h"
+
+namespace moe {
+namespace {
+
+using Axes = std::vector<std::string>;
+
+TEST(GatherPlan, IdenticalSpecsGiveEmptyPlan) {
+  auto p = all_gather_plan({{"expert"}, {"fsdp"}, {}}, {{"expert"}, {"fsdp"}, {}}, 3);
+  ASSERT_TRUE(p.has_value());
+  EXPECT_TRUE(p->empty());
+}
+
+TEST(GatherPlan, DropsLeadingFsdp) {
+  // (fsdp, None, mlp) -> (None, None, mlp): [(0, (fsdp,))]
+  auto p = all_gather_plan({{"fsdp"}, {}, {"mlp"}}, {{}, {}, {"mlp"}}, 3);
+  ASSERT_TRUE(p.has_value());
+  EXPECT_EQ(*p, (GatherPlan{{0, Axes{"fsdp"}}}));
+}
+
+TEST(GatherPlan, KeepsMajorAxisAndGathersMinorOnes) {
+  // ((expert, fsdp), fsdp_transpose, mlp) -> (expert, None, mlp): [(0, (fsdp,)), (1, (fsdp_transpose,))]
+  auto p = all_gather_plan({{"expert", "fsdp"}, {"fsdp_transpose"}, {"mlp"}}, {{"expert"}, {}, {"mlp"}}, 3);
+  ASSERT_TRUE(p.has_value());
+  EXPECT_EQ(*p, (GatherPlan{{0, Axes{"fsdp"}}, {1, Axes{"fsdp_transpose"}}}));
+}
+
+TEST(GatherPlan, ShortSpecIsPaddedWithReplicatedDims) {
+  // P(fsdp) vs P(), ndim 3: [(0, (fsdp,))]
+  auto p = all_gather_plan({{"fsdp"}}, {}, 3);
+  ASSERT_TRUE(p.has_value());
+  EXPECT_EQ(*p, (GatherPlan{{0, Axes{"fsdp"}}}));
+}
+
+TEST(GatherPlan, DeclinesGainingAnAxis) {
+  EXPECT_FALSE(all_gather_plan({{}, {}, {"mlp"}}, {{"fsdp"}, {}, {"mlp"}}, 3).has_value());
+}
+
+TEST(GatherPlan, DeclinesDroppingAMajorAxis) {
+  EXPECT_FALSE(all_gather_plan({{"fsdp", "expert"}, {}, {}}, {{"expert"}, {}, {}}, 3).has_value());
+}
+
+TEST(GatherPlan, DeclinesSwappingAxes) {
+  EXPECT_FALSE(all_gather_plan({{"fsdp"}, {}}, {{"expert"}, {}}, 2).has_value());
+  // The MAXTEXT_NOTES caution: (fsdp_transpose, tensor) -> (tensor) is not a prefix.
+  EXPECT_FALSE(all_gather_plan({{}, {}, {"fsdp_transpose", "tensor"}}, {{}, {}, {"tensor"}}, 3).has_value());
+}
+
+TEST(GatherPlan, SpecLongerThanTensorIsAnError) {
+  EXPECT_THROW(all_gather_plan({{}, {}, {"fsdp"}}, {}, 2), Error);
+}
+
+Tensor iota(Shape s) {
+  Tensor t(DType::f32, s);
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = float(i);
+  return t;
+}
+
+TEST(GatherPlan, SingleProcessExecutionIsIdentityAndCounts) {
+  auto world = make_single_process_comm();
+  Mesh mesh(*world, MeshShape{});
+  Tensor w = iota({4, 3, 2});
+  auto plan = all_gather_plan({{"expert", "fsdp"}, {"data"}}, {{"expert"}}, 3);
+  ASSERT_TRUE(plan.has_value());
+  world->counters().reset();
+  Tensor full = gather_by_plan(mesh, w, *plan);
+  EXPECT_TRUE(full.bit_equal(w));
+  EXPECT_EQ(world->counters().get(CollKind::AG).count, 2);
+  Tensor g = reduce_scatter_by_plan(mesh, full, *plan);
+  EXPECT_TRUE(g.bit_equal(w));
+  EXPECT_EQ(world->counters().get(CollKind::RS).count, 2);
+  EXPECT_TRUE(local_shard(mesh, w, {{"fsdp"}, {}, {"expert"}}).bit_equal(w));
+}
+
+TEST(GatherPlan, DimChecks) {
+  auto world = make_single_process_comm();
+  EXPECT_THROW(all_gather_dim(*world, iota({2, 2}), 2), Error);
+  EXPECT_THROW(reduce_scatter_dim(*world, iota({2}).to(DType::bf16), 0), Error);
+}
+
+}  // namespace
+}  // namespace moe
