@@ -131,16 +131,8 @@ struct Gate {
   bool (*requested)(const Config&);
 };
 const Gate kNotYetImplemented[] = {
-    {"data_parallelism", "the MPI work", [](const Config& c) { return c.data_parallelism != 1; }},
-    {"fsdp_parallelism", "the MPI work", [](const Config& c) { return c.fsdp_parallelism != 1; }},
-    {"expert_parallelism", "the MPI work", [](const Config& c) { return c.expert_parallelism != 1; }},
-    {"shard_exp_on_fsdp", "the MPI work", [](const Config& c) { return c.shard_exp_on_fsdp; }},
     {"use_ring_of_experts", "the expert-parallel work",
      [](const Config& c) { return c.use_ring_of_experts; }},
-    {"num_moe_token_chunks", "the expert-parallel work",
-     [](const Config& c) { return c.num_moe_token_chunks > 1; }},
-    {"ragged_buffer_factor", "the expert-parallel work",
-     [](const Config& c) { return c.ragged_buffer_factor != -1.0; }},
     {"moe_offload_targets", "the side-engine offload work",
      [](const Config& c) { return !offload_items(c.moe_offload_targets).empty(); }},
 };

@@ -10,8 +10,12 @@ FfnWeights ffn_weights(const Config& cfg, const LayerWeights& lw) {
   FfnWeights w;
   w.prefused = cfg.prefuse_moe_weights;
   w.split = cfg.moe_split_expert_weight_layout;
-  if (w.prefused) {
-    w.wi = lw.wi.to(cfg.dtype).reshaped({E, D, 2 * F});
+  if (w.split) {
+    Tensor wi = lw.wi.to(cfg.dtype).reshaped({E, D, 2 * F});  // slice h of [2, E, D/2, 2F] is experts [hE/2, (h+1)E/2)
+    w.wi_lo = wi.slice_rows(0, E / 2);
+    w.wi_hi = wi.slice_rows(E / 2, E);
+  } else if (w.prefused) {
+    w.wi = lw.wi.to(cfg.dtype);
   } else {
     w.wi_0 = lw.wi_0.to(cfg.dtype);
     w.wi_1 = lw.wi_1.to(cfg.dtype);
@@ -32,16 +36,14 @@ std::pair<Tensor, Tensor> halves(const Tensor& t) {
 // layout two chained ones (experts [0, E/2) then [E/2, E)) into the same h.
 void up_fused(const FfnWeights& w, const Tensor& xs, const GroupLayout& g, Tensor& h) {
   if (!w.split) return gmm(xs, w.wi, g, 0, h);
-  auto [lo, hi] = halves(w.wi);
-  gmm(xs, lo, g, 0, h);
-  gmm(xs, hi, g, lo.dim(0), h);
+  gmm(xs, w.wi_lo, g, 0, h);
+  gmm(xs, w.wi_hi, g, w.wi_lo.dim(0), h);
 }
 
 void dlhs_fused(const FfnWeights& w, const Tensor& dh, const GroupLayout& g, Tensor& dxs) {
   if (!w.split) return gmm_dlhs(dh, w.wi, g, 0, dxs);
-  auto [lo, hi] = halves(w.wi);
-  gmm_dlhs(dh, lo, g, 0, dxs);
-  gmm_dlhs(dh, hi, g, lo.dim(0), dxs);
+  gmm_dlhs(dh, w.wi_lo, g, 0, dxs);
+  gmm_dlhs(dh, w.wi_hi, g, w.wi_lo.dim(0), dxs);
 }
 
 // Each half's gradient is produced directly into its slice of dwi [E, D, 2F].
@@ -128,9 +130,10 @@ void ffn_weight_grads(const FfnWeights& w, const FfnGradInputs& in, const GroupL
   grads.wo = Tensor(DType::f32, {El, F, D});
   gmm_drhs(in.a, in.dys, g, 0, grads.wo);
   if (w.prefused) {
-    Tensor dwi(DType::f32, {El, D, 2 * F});
+    const int64_t E = w.split ? 2 * w.wi_lo.dim(0) : El;
+    Tensor dwi(DType::f32, {E, D, 2 * F});
     drhs_fused(w, in.xs, in.dh, g, dwi);
-    grads.wi = w.split ? dwi.reshaped({2, El, D / 2, 2 * F}) : dwi;
+    grads.wi = w.split ? dwi.reshaped({2, E, D / 2, 2 * F}) : dwi;
     return;
   }
   grads.wi_0 = Tensor(DType::f32, {El, D, F});

@@ -10,10 +10,12 @@
 
 namespace moe {
 
-// Expert weights cast to the compute dtype. In the split layout `wi` is the
-// [E, D, 2F] view of the stored [2, E, D/2, 2F] tensor (a pure reshape).
+// Expert weights cast to the compute dtype. In the split layout the two
+// expert halves are separate tensors wi_lo, wi_hi [E/2, D, 2F] (each a
+// reshape of one slice of the stored [2, E, D/2, 2F]; never concatenated).
 struct FfnWeights {
   Tensor wi_0, wi_1, wi, wo;
+  Tensor wi_lo, wi_hi;
   bool prefused = false, split = false;
 };
 FfnWeights ffn_weights(const Config& cfg, const LayerWeights& w);

@@ -1,5 +1,6 @@
 #include "route/routing.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "moe/error.h"
@@ -11,7 +12,8 @@ int64_t expert_capacity(int64_t tokens, int64_t top_k, int64_t experts, double c
   return int64_t(std::ceil(double(tokens * top_k) / double(experts) * capacity_factor));
 }
 
-Routing compute_routing(const int32_t* idx, int64_t T, int64_t K, int64_t E, int64_t capacity) {
+Routing compute_routing(const int32_t* idx, int64_t T, int64_t K, int64_t E, int64_t capacity,
+                        const std::vector<int64_t>* prior) {
   const int64_t R = T * K;
   Routing rt;
   rt.tokens = T;
@@ -24,7 +26,9 @@ Routing compute_routing(const int32_t* idx, int64_t T, int64_t K, int64_t E, int
   }
   std::vector<int64_t> kept(static_cast<size_t>(E));
   for (int64_t e = 0; e < E; ++e)
-    kept[size_t(e)] = capacity < 0 ? rt.routed_counts[size_t(e)] : std::min(rt.routed_counts[size_t(e)], capacity);
+    kept[size_t(e)] = capacity < 0 ? rt.routed_counts[size_t(e)]
+                                   : std::clamp(capacity - (prior ? (*prior)[size_t(e)] : 0), int64_t(0),
+                                                rt.routed_counts[size_t(e)]);
   rt.groups = GroupLayout::from_sizes(kept);
   // Scatter slots: the first `kept[e]` slots of expert e (in flat order) go to
   // its group, later ones to the dropped tail.

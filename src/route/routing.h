@@ -28,8 +28,11 @@ struct Routing {
 int64_t expert_capacity(int64_t tokens, int64_t top_k, int64_t experts, double capacity_factor);
 
 // topk_idx: [T*K] flat expert ids (token-major). capacity < 0: dropless.
+// `prior` (optional, [E]): slots routed to each expert by tokens that come
+// earlier in the global token order (other ranks, earlier chunks); they use
+// up capacity first, so the globally earliest slots are kept.
 // Counting sort: O(R + E), stable.
 Routing compute_routing(const int32_t* topk_idx, int64_t tokens, int64_t top_k, int64_t experts,
-                        int64_t capacity);
+                        int64_t capacity, const std::vector<int64_t>* prior = nullptr);
 
 }  // namespace moe

@@ -1,0 +1,44 @@
+// Expert-parallel exchange of one token chunk (SPEC.md §3): the count
+// all-gather, the ragged all-to-all that sends expert-sorted rows to the
+// rank owning the expert, the local sort by local expert, and the reverse
+// all-to-all that brings results home. With one expert rank it is the
+// identity and moves nothing.
+#pragma once
+
+#include "comm/ep_plan.h"
+#include "kernels/grouped_gemm.h"
+#include "moe/comm.h"
+#include "moe/tensor.h"
+
+namespace moe {
+
+struct EpExchange {
+  int ep = 1, rank = 0;
+  int64_t experts_per_rank = 0;  // E_l
+  int64_t sent_rows = 0;         // rows of this rank's sorted buffer that are routed (kept)
+  int64_t buffer_rows = 0;       // receive buffer rows
+  int64_t dropped = 0;           // rows this rank sent that the receivers' capped buffers dropped
+  CountMatrix gg;                // [EP, E] kept group sizes of every sender
+  CountMatrix counts, capped;    // [EP, EP] rows sender i sends to j, before / after the buffer cap
+  A2ALayout dispatch, combine;   // in rows
+  LocalPermute local;            // received buffer -> sorted by (local expert, sender)
+  GroupLayout local_groups;      // [E_l] rows per local expert
+  // rows_from[i * E_l + g]: rows of sender i for local expert g (after the cap), in sorted order.
+  std::vector<int64_t> rows_from;
+  bool identity() const { return ep == 1; }
+};
+
+// Collective over `ep_comm` (one AG of the [E] group sizes). groups: this
+// rank's kept rows per global expert; routed_rows = T_l*K (caps the buffer
+// at int(routed_rows * buffer_factor) rows when buffer_factor > 0).
+EpExchange plan_exchange(Communicator& ep_comm, const GroupLayout& groups, int64_t num_experts, int64_t routed_rows,
+                         double buffer_factor);
+
+// xs [R_l, D] sorted by global expert -> xl [buffer_rows, D] sorted by local expert (one A2A).
+Tensor ep_dispatch(Communicator& ep_comm, const EpExchange& ex, const Tensor& xs);
+
+// yl [buffer_rows, D] sorted by local expert -> [R_l, D] in this rank's sorted order (one A2A).
+// Rows a capped buffer dropped come back as zeros.
+Tensor ep_return(Communicator& ep_comm, const EpExchange& ex, const Tensor& yl, int64_t routed_rows);
+
+}  // namespace moe
