@@ -78,7 +78,8 @@ LayerWeights gather_weights(const Config& cfg, const Mesh& mesh, const LayerWeig
     Tensor local = t.to(cfg.dtype);  // cast before the gather: bf16 moves half the bytes
     GatherPlan plan = plan_for(cfg, mesh, name, local.ndim());
     if (plan.empty()) return void(t = local);
-    t = cfg.moe_split_expert_weight_layout ? gather_split(mesh, local, plan) : gather_by_plan(mesh, local, plan);
+    bool split_wi = cfg.moe_split_expert_weight_layout && name == "experts.wi";
+    t = split_wi ? gather_split(mesh, local, plan) : gather_by_plan(mesh, local, plan);
   });
   return out;
 }
