@@ -87,8 +87,13 @@ TEST(SideEngine, WaitRethrowsTheTaskErrorOnTheCaller) {
 
 TEST(SideEngine, UnwaitedErrorSurfacesAtTheNextSyncOnce) {
   SideEngine engine(1);
-  engine.submit("first", [] { throw Error("first failure"); });
+  std::atomic<bool> go{false};
+  engine.submit("first", [&] {  // fails only once both are queued (else the 2nd submit rethrows)
+    while (!go.load()) std::this_thread::sleep_for(1ms);
+    throw Error("first failure");
+  });
   engine.submit("second", [] { throw Error("second failure"); });
+  go = true;
   try {
     engine.sync();
     FAIL() << "expected an error";
