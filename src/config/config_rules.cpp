@@ -141,8 +141,6 @@ const Gate kNotYetImplemented[] = {
      [](const Config& c) { return c.num_moe_token_chunks > 1; }},
     {"ragged_buffer_factor", "the expert-parallel work",
      [](const Config& c) { return c.ragged_buffer_factor != -1.0; }},
-    {"moe_offload_targets", "the side-engine offload work",
-     [](const Config& c) { return !offload_items(c.moe_offload_targets).empty(); }},
 };
 
 }  // namespace

@@ -268,7 +268,6 @@ TEST(ConfigGates, EachUnimplementedFeatureIsRejected) {
       {"use_ring_of_experts=true", "use_ring_of_experts=true: not implemented yet"},
       {"num_moe_token_chunks=2", "num_moe_token_chunks=2: not implemented yet"},
       {"ragged_buffer_factor=1.5", "ragged_buffer_factor=1.5: not implemented yet"},
-      {"moe_offload_targets=all", "moe_offload_targets=all: not implemented yet"},
   };
   for (const auto& [override, message] : cases) {
     EXPECT_PROBLEM(problems_of(kBase, {override}), message);
@@ -277,7 +276,8 @@ TEST(ConfigGates, EachUnimplementedFeatureIsRejected) {
   }
   // Landed features pass the gates.
   EXPECT_TRUE(problems_of(kBase, {"moe_split_expert_weight_layout=true", "prefuse_moe_weights=true",
-                                  "moe_permute_kernel=fused", "moe_combine_kernel=reference"})
+                                  "moe_permute_kernel=fused", "moe_combine_kernel=reference",
+                                  "moe_offload_targets=all"})
                   .empty());
 }
 
