@@ -133,8 +133,6 @@ struct Gate {
 const Gate kNotYetImplemented[] = {
     {"use_ring_of_experts", "the expert-parallel work",
      [](const Config& c) { return c.use_ring_of_experts; }},
-    {"moe_offload_targets", "the side-engine offload work",
-     [](const Config& c) { return !offload_items(c.moe_offload_targets).empty(); }},
 };
 
 }  // namespace

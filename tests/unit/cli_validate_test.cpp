@@ -74,11 +74,51 @@ TEST_F(ConfigCliValidate, MissingFileAndBadSyntaxFail) {
   EXPECT_NE(r.exit_code, 0);
 }
 
+TEST_F(ConfigCliValidate, WithoutTopologyDescribesThisMachine) {
+  auto cfg = write("ok.yml", kValid);
+  RunResult r = run("validate " + cfg.string());
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  for (const char* needle : {"target: ranks=1", "backend=single-process (this machine", "no live targets"})
+    EXPECT_NE(r.out.find(needle), std::string::npos) << needle << "\n" << r.out;
+}
+
+TEST_F(ConfigCliValidate, TopologyPrintsTheOffloadPlanWithWarnings) {
+  auto cfg = write("ok.yml", kValid);
+  RunResult r = run("validate " + cfg.string() +
+                    " moe_offload_targets=all --topology ranks=1,cores=4,mpi_thread=serialized");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  for (const char* needle :
+       {"target: ranks=1, cores=4, mpi_thread=serialized, backend=mpi-serialized",
+        "ep_collectives: all_to_all -> side all_gather -> compute reduce_scatter -> compute",
+        "ragged_sort: routing index math -> side",
+        "warning: moe_offload_targets: fsdp_all_gather dropped on backend mpi-serialized"})
+    EXPECT_NE(r.out.find(needle), std::string::npos) << needle << "\n" << r.out;
+  EXPECT_LT(r.out.find("num_experts"), r.out.find("offload plan")) << "plan after the table";
+  r = run("validate " + cfg.string() + " moe_offload_targets=fsdp_all_gather --topology mpi_thread=multiple");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("fsdp_all_gather: all_gather -> side reduce_scatter -> side"), std::string::npos)
+      << r.out;
+}
+
+TEST_F(ConfigCliValidate, TopologyProblemsAreErrors) {
+  auto cfg = write("ok.yml", kValid);
+  RunResult r = run("validate " + cfg.string() +
+                    " moe_offload_targets=ragged_sort --topology ranks=8,mpi_thread=funneled");
+  EXPECT_EQ(r.exit_code, 1);
+  for (const char* needle :
+       {"must equal the number of ranks (8)", "backend mpi-funneled has none", "2 problems"})
+    EXPECT_NE(r.err.find(needle), std::string::npos) << needle << "\n" << r.err;
+  EXPECT_EQ(r.out.find("offload plan"), std::string::npos);
+  r = run("validate " + cfg.string() + " --topology ranks=2,gpus=8");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("--topology: unknown item 'gpus'"), std::string::npos) << r.err;
+}
+
 TEST_F(ConfigCliValidate, HelpDocumentsArguments) {
   RunResult r = run("validate --help");
   EXPECT_EQ(r.exit_code, 0);
-  for (const char* needle : {"CONFIG", "key=value", "Exit status", "num_experts_per_tok",
-                             "moe_offload_targets", "softmax|sigmoid"})
+  for (const char* needle : {"CONFIG", "key=value", "Exit status", "num_experts_per_tok", "--topology",
+                             "mpi_thread", "moe_offload_targets", "softmax|sigmoid"})
     EXPECT_NE(r.out.find(needle), std::string::npos) << needle << "\n" << r.out;
 }
 

@@ -261,14 +261,7 @@ TEST(ConfigOffload, RulesInTheConfig) {
 
 TEST(ConfigGates, EachUnimplementedFeatureIsRejected) {
   const std::vector<std::pair<std::string, std::string>> cases{
-      {"data_parallelism=2", "data_parallelism=2: not implemented yet"},
-      {"fsdp_parallelism=-1", "fsdp_parallelism=-1: not implemented yet"},
-      {"expert_parallelism=2", "expert_parallelism=2: not implemented yet"},
-      {"shard_exp_on_fsdp=true", "shard_exp_on_fsdp=true: not implemented yet"},
       {"use_ring_of_experts=true", "use_ring_of_experts=true: not implemented yet"},
-      {"num_moe_token_chunks=2", "num_moe_token_chunks=2: not implemented yet"},
-      {"ragged_buffer_factor=1.5", "ragged_buffer_factor=1.5: not implemented yet"},
-      {"moe_offload_targets=all", "moe_offload_targets=all: not implemented yet"},
   };
   for (const auto& [override, message] : cases) {
     EXPECT_PROBLEM(problems_of(kBase, {override}), message);
@@ -277,7 +270,9 @@ TEST(ConfigGates, EachUnimplementedFeatureIsRejected) {
   }
   // Landed features pass the gates.
   EXPECT_TRUE(problems_of(kBase, {"moe_split_expert_weight_layout=true", "prefuse_moe_weights=true",
-                                  "moe_permute_kernel=fused", "moe_combine_kernel=reference"})
+                                  "moe_permute_kernel=fused", "moe_combine_kernel=reference",
+                                  "moe_offload_targets=all", "expert_parallelism=2", "fsdp_parallelism=-1",
+                                  "num_moe_token_chunks=2", "shard_exp_on_fsdp=true"})
                   .empty());
 }
 
@@ -293,7 +288,7 @@ TEST(ConfigErrors, AllProblemsReportedAtOnce) {
   std::vector<std::string> p;
   try {
     parse_config("num_expert: 8\nnum_experts_per_tok: 2\nemb_dim: 1.5\nmoe_mlp_dim: 32\n", "bad.yml",
-                 {"capacity_factor=0", "moe_offload_targets=tensor_core", "num_moe_token_chunks=2"});
+                 {"capacity_factor=0", "moe_offload_targets=tensor_core", "use_ring_of_experts=true"});
     FAIL() << "invalid config accepted";
   } catch (const ConfigError& e) {
     p = e.problems();
@@ -306,7 +301,7 @@ TEST(ConfigErrors, AllProblemsReportedAtOnce) {
   EXPECT_PROBLEM(p, "emb_dim: bad value '1.5'");
   EXPECT_PROBLEM(p, "capacity_factor must be -1");
   EXPECT_PROBLEM(p, "unknown target 'tensor_core'");
-  EXPECT_PROBLEM(p, "num_moe_token_chunks=2: not implemented yet");
+  EXPECT_PROBLEM(p, "use_ring_of_experts=true: not implemented yet");
   EXPECT_EQ(find(p, "emb_dim is required"), -1) << "a bad value is reported once";
 }
 

@@ -1,19 +1,32 @@
 #include "cli_util.h"
 
 #include <cmath>
+#include <cstdio>
+
+#include "moe/topology.h"
 
 namespace moe::cli {
 
 Config load(const std::string& path, const std::vector<std::string>& overrides) {
-  return load_config(path, overrides).config;
+  Config c = load_config(path, overrides).config;
+  // The same target check as `moe validate` (training: the stricter plan).
+  TargetCheck chk = check_target(c, this_machine(), /*training=*/true);
+  if (!chk.problems.empty()) throw ConfigError(path, chk.problems);
+  for (const auto& w : chk.warnings) std::fprintf(stderr, "moe: warning: %s\n", w.c_str());
+  if (!chk.offload.live.empty())
+    std::fprintf(stderr,
+                 "moe: note: moe_offload_targets resolved, but the single-process layer does not move ops "
+                 "to the side engine yet (arrives with the distributed layer)\n");
+  return c;
 }
 
 LayerWeights load_weights(const Config& cfg, const SafetensorsFile& file, const std::string& prefix) {
-  return weights_from(cfg, [&](const std::string& n) { return file.find(n); }, prefix, file.path);
+  return weights_from(
+      cfg, [&](const std::string& n) { return file.find(n); }, prefix, file.path);
 }
 
 std::vector<std::pair<std::string, Tensor>> named(const Config& cfg, const LayerWeights& w,
-                                                   const std::string& prefix) {
+                                                  const std::string& prefix) {
   std::vector<std::pair<std::string, Tensor>> out;
   w.for_each(cfg, [&](const std::string& n, const Tensor& t) { out.emplace_back(prefix + n, t); });
   return out;
