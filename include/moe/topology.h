@@ -31,9 +31,13 @@ Topology parse_topology(const std::string& spec);
 // hardware's cores, backend single-process. (The MPI run derives its
 // Topology from the communicator: size, provided thread level.)
 Topology this_machine();
+// The run's real target: the world's size and provided MPI thread level
+// (backend "mpi-<level>"; a single-process world is "single-process").
+class Communicator;
+Topology topology_of(const Communicator& world);
 
-// The mesh over `ranks`: data * fsdp * expert parallelism (one may be -1, the
-// rest) must equal ranks. One message per problem, naming the keys.
+// The mesh over `ranks` (check_parallel_config: the product of the three
+// parallelism keys, E and D divisibility). One message per problem.
 std::vector<std::string> mesh_problems(const Config& c, int64_t ranks);
 
 // Everything a run checks against its target beyond config_problems(c).

@@ -2,6 +2,9 @@
 // makes against its target.
 #include "moe/topology.h"
 
+#include "moe/comm.h"
+#include "moe/dist_layer.h"
+
 #include <charconv>
 #include <sstream>
 #include <thread>
@@ -80,26 +83,21 @@ Topology this_machine() {
 }
 
 std::vector<std::string> mesh_problems(const Config& c, int64_t ranks) {
-  // TODO(mesh): call resolve_mesh_shape (include/moe/mesh.h) once the mesh lands, so
-  // this check and the run's mesh resolution are one function.
-  int64_t product = 1;
-  bool rest = false;
-  for (int64_t v : {c.data_parallelism, c.fsdp_parallelism, c.expert_parallelism}) {
-    if (v == -1)
-      rest = true;
-    else if (v > 0)
-      product *= v;
+  try {
+    check_parallel_config(c, int(ranks));
+  } catch (const Error& e) {
+    return {e.what()};
   }
-  std::ostringstream os;
-  os << "data_parallelism * fsdp_parallelism * expert_parallelism = " << c.data_parallelism << " * "
-     << c.fsdp_parallelism << " * " << c.expert_parallelism;
-  if (rest && ranks % product != 0)
-    return {os.str() + ": the -1 axis cannot fill " + std::to_string(ranks) + " ranks (" +
-            std::to_string(ranks) + " is not a multiple of " + std::to_string(product) + ")"};
-  if (!rest && product != ranks)
-    return {os.str() + " = " + std::to_string(product) + " must equal the number of ranks (" +
-            std::to_string(ranks) + ")"};
   return {};
+}
+
+Topology topology_of(const Communicator& world) {
+  Topology t = this_machine();
+  t.ranks = world.size();
+  if (std::string(world.backend()) == "single") return t;
+  t.mpi_thread = thread_level_name(world.thread_level());
+  t.backend = "mpi-" + t.mpi_thread;
+  return t;
 }
 
 TargetCheck check_target(const Config& c, const Topology& t, bool training) {

@@ -106,7 +106,7 @@ TEST_F(ConfigCliValidate, TopologyProblemsAreErrors) {
                     " moe_offload_targets=ragged_sort --topology ranks=8,mpi_thread=funneled");
   EXPECT_EQ(r.exit_code, 1);
   for (const char* needle :
-       {"must equal the number of ranks (8)", "backend mpi-funneled has none", "2 problems"})
+       {"the product does not equal the world size 8", "backend mpi-funneled has none", "2 problems"})
     EXPECT_NE(r.err.find(needle), std::string::npos) << needle << "\n" << r.err;
   EXPECT_EQ(r.out.find("offload plan"), std::string::npos);
   r = run("validate " + cfg.string() + " --topology ranks=2,gpus=8");

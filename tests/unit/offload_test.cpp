@@ -175,7 +175,7 @@ TEST(Topology, MeshProduct) {
   Config c;
   EXPECT_TRUE(mesh_problems(c, 1).empty());
   ASSERT_EQ(mesh_problems(c, 8).size(), 1u);
-  EXPECT_NE(mesh_problems(c, 8)[0].find("= 1 must equal the number of ranks (8)"), std::string::npos);
+  EXPECT_NE(mesh_problems(c, 8)[0].find("the product does not equal the world size 8"), std::string::npos);
   c.expert_parallelism = 4;
   c.data_parallelism = -1;
   EXPECT_TRUE(mesh_problems(c, 8).empty());

@@ -7,16 +7,21 @@
 
 namespace moe::cli {
 
+Communicator& world() {
+  static std::unique_ptr<Communicator> w = make_world_comm();
+  return *w;
+}
+
+bool distributed(const Config& c) {
+  return world().size() > 1 || c.data_parallelism != 1 || c.fsdp_parallelism != 1 || c.expert_parallelism != 1;
+}
+
 Config load(const std::string& path, const std::vector<std::string>& overrides) {
   Config c = load_config(path, overrides).config;
   // The same target check as `moe validate` (training: the stricter plan).
-  TargetCheck chk = check_target(c, this_machine(), /*training=*/true);
+  TargetCheck chk = check_target(c, topology_of(world()), /*training=*/true);
   if (!chk.problems.empty()) throw ConfigError(path, chk.problems);
   for (const auto& w : chk.warnings) std::fprintf(stderr, "moe: warning: %s\n", w.c_str());
-  if (!chk.offload.live.empty())
-    std::fprintf(stderr,
-                 "moe: note: moe_offload_targets resolved, but the single-process layer does not move ops "
-                 "to the side engine yet (arrives with the distributed layer)\n");
   return c;
 }
 

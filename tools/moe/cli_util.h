@@ -4,11 +4,19 @@
 #include <string>
 #include <vector>
 
+#include "moe/comm.h"
 #include "moe/config.h"
 #include "moe/layer.h"
 #include "moe/safetensors.h"
 
 namespace moe::cli {
+
+// The process's world communicator (MPI under mpirun, else single process),
+// made on first use.
+Communicator& world();
+// True when the run must use the distributed layer: several ranks, or any
+// parallelism key other than 1.
+bool distributed(const Config& cfg);
 
 // Loads the config file with `key=value` overrides (throws moe::Error listing every problem).
 Config load(const std::string& path, const std::vector<std::string>& overrides);
