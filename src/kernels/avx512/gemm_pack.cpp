@@ -65,6 +65,19 @@ void transpose16(__m512i r[16]) {
   }
 }
 
+// Rows this far ahead (in words) are prefetched: weight panels of many
+// experts come from DRAM, and a packer waiting on one row at a time runs at
+// latency speed (~1/3 of the grouped GEMM time before this).
+constexpr int64_t kAhead = 8;
+
+template <class T>
+void prefetch_rows(const T* src, int64_t ld, int64_t r0, int64_t r1, int64_t c0, int64_t nc) {
+  for (int64_t r = r0; r < r1; ++r) {
+    const char* p = reinterpret_cast<const char*>(src + r * ld + c0);
+    for (int64_t off = 0; off < nc * int64_t(sizeof(T)); off += 64) _mm_prefetch(p + off, _MM_HINT_T0);
+  }
+}
+
 }  // namespace
 
 template <class T>
@@ -75,6 +88,7 @@ void pack_row_pairs(const T* src, int64_t ld, int64_t r0, int64_t r1, int64_t c0
   for (int64_t p = 0; p < P; ++p) {
     const T* a = src + (r0 + per * p) * ld + c0;
     const T* b = (per == 2 && r0 + 2 * p + 1 < r1) ? a + ld : nullptr;
+    prefetch_rows(src, ld, r0 + per * (p + kAhead), std::min(r1, r0 + per * (p + kAhead + 1)), c0, nc);
     for (int64_t j = 0; j < W; j += 16) {
       __mmask16 m = first16(nc - j);
       __m512i w = m ? pair_words(a + j, b ? b + j : nullptr, m) : _mm512_setzero_si512();

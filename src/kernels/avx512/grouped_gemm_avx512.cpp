@@ -83,35 +83,42 @@ struct AView {
 template <class Step, int MR, int NV, class Out>
 void run_rows(const AView& a, int64_t r0, int64_t r1, const uint32_t* b, int64_t P, bool half_last, Out* out,
               int64_t ldc, int64_t nc) {
-  Tile<Step, MR, NV> t;
   for (int64_t r = r0; r < r1; r += MR) {
     int mr = int(std::min<int64_t>(MR, r1 - r));
     ptrdiff_t off[MR];
     for (int i = 0; i < MR; ++i) off[i] = (r + std::min(i, mr - 1)) * a.row_bytes;
-    t.run(a.base, off, a.step_bytes, b, P, half_last);
-    t.store(out + r * ldc, ldc, mr, nc);
+    Tile<Step, MR, NV>::run(a.base, off, a.step_bytes, b, P, half_last, out + r * ldc, ldc, mr, nc);
   }
 }
+
+// Packed weight bytes per task: several panels when Kc is small, so the
+// packer reads long contiguous runs of each weight row (DRAM-friendly: the
+// weights of many experts do not fit in cache) and the block stays in L2.
+constexpr int64_t kPackBytes = 384 << 10;
 
 // Shared shape of gmm and gmm_dlhs: out[r, c] = sum_w A[r, w] * B_g[w, c],
 // A read in place (row stride lda elements, `len` reduction elements), B_g
 // packed per (group, column panel) by pack(lg, c0, nc, dst). Tasks are
-// (local group, panel), group-major so both threads share a group's A.
+// (local group, block of panels), group-major so both threads share a group's A.
 template <class Step, int MR, int NV, class T, class Out, class Pack>
 void row_major_gemm(const T* A, int64_t lda, int64_t len, Out* out, int64_t ldc, int64_t n_out,
                     const GroupLayout& groups, int64_t goff, int64_t n_local, const Pack& pack) {
   constexpr int64_t NR = 16 * NV;
   int64_t panels = (n_out + NR - 1) / NR, P = words_of<T>(len);
+  int64_t per_task = std::clamp<int64_t>(kPackBytes / (P * NR * 4), 1, panels);
+  int64_t blocks = (panels + per_task - 1) / per_task;
   bool half = Step::kPerWord == 2 && len % 2 == 1;
   AView a{reinterpret_cast<const std::byte*>(A), ptrdiff_t(lda * sizeof(T)), 4};
-  parallel_for(n_local * panels, 1, [&](int64_t b, int64_t e) {
-    uint32_t* bp = scratch(size_t(P * NR));
+  parallel_for(n_local * blocks, 1, [&](int64_t b, int64_t e) {
+    uint32_t* bp = scratch(size_t(per_task * P * NR));
     for (int64_t t = b; t < e; ++t) {
-      int64_t lg = t / panels, c0 = t % panels * NR, nc = std::min(NR, n_out - c0);
+      int64_t lg = t / blocks, p0 = t % blocks * per_task, p1 = std::min(panels, p0 + per_task);
       int64_t r0 = groups.offsets[size_t(goff + lg)], r1 = groups.offsets[size_t(goff + lg + 1)];
       if (r0 == r1) continue;
-      pack(lg, c0, nc, bp);
-      run_rows<Step, MR, NV>(a, r0, r1, bp, P, half, out + c0, ldc, nc);
+      for (int64_t pi = p0; pi < p1; ++pi) pack(lg, pi * NR, std::min(NR, n_out - pi * NR), bp + (pi - p0) * P * NR);
+      for (int64_t pi = p0; pi < p1; ++pi)
+        run_rows<Step, MR, NV>(a, r0, r1, bp + (pi - p0) * P * NR, P, half, out + pi * NR, ldc,
+                               std::min(NR, n_out - pi * NR));
     }
   });
 }
