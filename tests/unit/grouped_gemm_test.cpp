@@ -11,6 +11,7 @@
 // on each side: + 2^-8 * (|ref| + bound).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -160,6 +161,7 @@ const std::vector<Case>& cases() {
       {{7, 1, 20, 9, 3}, 65, 17, 2, 2, 3},             // group_offset != 0, fewer local groups
       {{1}, 1, 1, 0, 1, 0},                            // 1x1x1
       {{13, 40}, 3, 129, 1, 1, 1},                     // Kc = 3 (odd pairs), N > 2 panels
+      {{4, 9, 0, 2, 7, 1, 5, 3, 6, 0, 8, 2, 1}, 17, 33, 0, 13, 1},  // many small groups (drhs per-group tasks)
   };
   return all;
 }
@@ -181,6 +183,70 @@ TEST(GroupedGemm, MatchesReferenceF32) {
       run_forward_and_dlhs(DType::f32, DType::f32, c, pad);
       run_drhs(DType::f32, c, pad);
     }
+}
+
+// Copies rows [b, e) of x into rows starting at `at` of y.
+void copy_rows(const Tensor& x, int64_t b, int64_t e, Tensor& y, int64_t at) {
+  size_t row = size_t(x.numel() / x.dim(0)) * dtype_size(x.dtype());
+  std::memcpy(static_cast<std::byte*>(y.raw()) + size_t(at) * row, static_cast<const std::byte*>(x.raw()) + size_t(b) * row,
+              size_t(e - b) * row);
+}
+
+bool rows_bit_equal(const Tensor& x, int64_t xb, const Tensor& y, int64_t yb, int64_t n) {
+  size_t row = size_t(x.numel() / x.dim(0)) * dtype_size(x.dtype());
+  return std::memcmp(static_cast<const std::byte*>(x.raw()) + size_t(xb) * row,
+                     static_cast<const std::byte*>(y.raw()) + size_t(yb) * row, size_t(n) * row) == 0;
+}
+
+// Row independence: group g's rows computed inside a full call, and again in
+// a call holding only them after `before` rows of another group, with `after`
+// unrouted rows: identical bits (forward, dlhs). drhs[g] from the full call
+// equals drhs of the group alone (other schedule: 1 local group). The thread
+// count cannot matter either: these calls split the rows into different tasks.
+void check_row_independence(DType in, DType out_t, int64_t Kc, int64_t N) {
+  std::vector<int64_t> sizes = {5, 0, 37, 14, 1, 22, 9, 3, 30, 11};
+  GroupLayout g = GroupLayout::from_sizes(sizes);
+  int64_t G = int64_t(sizes.size()), M = g.total();
+  Tensor lhs = random_tensor(in, {M, Kc}, 7), rhs = random_tensor(in, {G, Kc, N}, 8);
+  Tensor dout = random_tensor(in, {M, N}, 9);
+  Tensor out(out_t, {M, N}), dl(out_t, {M, Kc}), dr(DType::f32, {G, Kc, N});
+  gmm(lhs, rhs, g, 0, out);
+  gmm_dlhs(dout, rhs, g, 0, dl);
+  gmm_drhs(lhs, dout, g, 0, dr);
+  const int64_t before = 7, after = 5;
+  for (int64_t gi = 0; gi < G; ++gi) {
+    int64_t b = g.offsets[size_t(gi)], n = sizes[size_t(gi)];
+    GroupLayout g2 = GroupLayout::from_sizes({before, n});
+    int64_t M2 = before + n + after;
+    Tensor lhs2 = random_tensor(in, {M2, Kc}, 10), dout2 = random_tensor(in, {M2, N}, 11);
+    copy_rows(lhs, b, b + n, lhs2, before);
+    copy_rows(dout, b, b + n, dout2, before);
+    Tensor rhs2(in, {2, Kc, N});
+    copy_rows(rhs, (gi + 1) % G, (gi + 1) % G + 1, rhs2, 0);
+    copy_rows(rhs, gi, gi + 1, rhs2, 1);
+    Tensor out2(out_t, {M2, N}), dl2(out_t, {M2, Kc}), dr2(DType::f32, {1, Kc, N});
+    gmm(lhs2, rhs2, g2, 0, out2);
+    gmm_dlhs(dout2, rhs2, g2, 0, dl2);
+    gmm_drhs(lhs2, dout2, g2, 1, dr2);
+    EXPECT_TRUE(rows_bit_equal(out, b, out2, before, n)) << "gmm group " << gi;
+    EXPECT_TRUE(rows_bit_equal(dl, b, dl2, before, n)) << "gmm_dlhs group " << gi;
+    EXPECT_TRUE(rows_bit_equal(dr, gi, dr2, 0, 1)) << "gmm_drhs group " << gi;
+  }
+}
+
+TEST(GroupedGemm, RowIndependenceIsExact) {
+  check_row_independence(DType::bf16, DType::bf16, 67, 130);
+  check_row_independence(DType::bf16, DType::f32, 33, 17);
+  check_row_independence(DType::f32, DType::f32, 40, 70);
+}
+
+TEST(GroupedGemm, EmptyGroupGradientIsZero) {
+  GroupLayout g = GroupLayout::from_sizes({0, 3, 0});
+  Tensor lhs = random_tensor(DType::bf16, {3, 5}, 1), dout = random_tensor(DType::bf16, {3, 7}, 2);
+  Tensor dr = random_tensor(DType::f32, {3, 5, 7}, 3);  // garbage must be overwritten
+  gmm_drhs(lhs, dout, g, 0, dr);
+  for (int64_t i = 0; i < 35; ++i) EXPECT_EQ(dr.get_f32(i), 0.0f);
+  for (int64_t i = 70; i < 105; ++i) EXPECT_EQ(dr.get_f32(i), 0.0f);
 }
 
 }  // namespace
