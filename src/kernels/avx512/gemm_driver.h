@@ -62,21 +62,21 @@ class Prefetcher {
  public:
   void start(const Region& r, int64_t calls) {
     reg_ = r;
-    per_row_ = (r.bytes + 63) / 64;
-    total_ = r.rows * per_row_;
-    next_ = 0;
-    per_call_ = (total_ + std::max<int64_t>(calls, 1) - 1) / std::max<int64_t>(calls, 1);
+    row_ = col_ = 0;
+    int64_t lines = r.rows * ((r.bytes + 63) / 64);
+    per_call_ = (lines + std::max<int64_t>(calls, 1) - 1) / std::max<int64_t>(calls, 1);
   }
   void advance() {
-    for (int64_t end = std::min(total_, next_ + per_call_); next_ < end; ++next_) {
-      const std::byte* p = reg_.base + next_ / per_row_ * reg_.stride + next_ % per_row_ * 64;
-      _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T1);
+    for (int64_t n = 0; n < per_call_ && row_ < reg_.rows; ++n) {
+      _mm_prefetch(reinterpret_cast<const char*>(reg_.base + row_ * reg_.stride + col_), _MM_HINT_T1);
+      col_ += 64;
+      if (col_ >= reg_.bytes) col_ = 0, ++row_;
     }
   }
 
  private:
   Region reg_;
-  int64_t per_row_ = 0, total_ = 0, next_ = 0, per_call_ = 0;
+  int64_t row_ = 0, col_ = 0, per_call_ = 0;
 };
 
 // out rows [r0, r1) x columns [0, nc) = A rows [r0, r1) @ packed B (P words).
