@@ -1,7 +1,8 @@
 // Reference twin of the grouped GEMM kernels: plain loops, f32 accumulation in
 // index order. Multi-threaded over rows (forward, dlhs) or over (group, Kc)
 // rows of the weight gradient; each output element is one sequential sum, so
-// the result does not depend on the thread count.
+// the result does not depend on the thread count. Also the portable fallback
+// of the public entry points (grouped_gemm.cpp).
 #include "kernels/grouped_gemm.h"
 #include "kernels/grouped_gemm_internal.h"
 
