@@ -96,6 +96,24 @@ void expect_rows_untouched(const Tensor& out, const Case& c, const GroupLayout& 
     }
 }
 
+// S[r, j] = sum_l |x[r, l] * W[l, j]| with W = rhs[g(r)] (transposed: rhs[g(r)]^T),
+// for rows of local groups; the scale of the rounding error of out[r, j].
+std::vector<double> abs_sums(const Tensor& x, const Tensor& rhs, const Case& c, const GroupLayout& g,
+                             bool transposed) {
+  int64_t M = x.dim(0), L = x.dim(1), cols = transposed ? c.Kc : c.N;
+  std::vector<double> S(size_t(M * cols), 0.0);
+  for (int64_t r = 0; r < M; ++r) {
+    int64_t gi = int64_t(std::upper_bound(g.offsets.begin(), g.offsets.end(), r) - g.offsets.begin()) - 1 - c.goff;
+    if (gi < 0 || gi >= c.n_local) continue;
+    for (int64_t l = 0; l < L; ++l)
+      for (int64_t j = 0; j < cols; ++j) {
+        int64_t wi = transposed ? (gi * c.Kc + j) * c.N + l : (gi * c.Kc + l) * c.N + j;
+        S[size_t(r * cols + j)] += std::fabs(double(x.get_f32(r * L + l)) * rhs.get_f32(wi));
+      }
+  }
+  return S;
+}
+
 void run_forward_and_dlhs(DType in, DType out_t, const Case& c, int64_t pad) {
   GroupLayout g = GroupLayout::from_sizes(c.sizes);
   int64_t M = rows_of(c, g);
@@ -105,30 +123,14 @@ void run_forward_and_dlhs(DType in, DType out_t, const Case& c, int64_t pad) {
   Guarded fast(out_t, M, c.N, pad), ref(out_t, M, c.N, pad);
   gmm(lhs, rhs, g, c.goff, fast.view);
   reference::gmm(lhs, rhs, g, c.goff, ref.view);
-  std::vector<double> S(size_t(M * c.N), 0.0);
-  for (int64_t r = 0; r < M; ++r) {
-    int64_t gi = int64_t(std::upper_bound(g.offsets.begin(), g.offsets.end(), r) - g.offsets.begin()) - 1 - c.goff;
-    if (gi < 0 || gi >= c.n_local) continue;
-    for (int64_t k = 0; k < c.Kc; ++k)
-      for (int64_t n = 0; n < c.N; ++n)
-        S[size_t(r * c.N + n)] += std::fabs(double(lhs.get_f32(r * c.Kc + k)) * rhs.get_f32((gi * c.Kc + k) * c.N + n));
-  }
-  expect_close(fast.view, ref.view, S, c.Kc, "gmm");
+  expect_close(fast.view, ref.view, abs_sums(lhs, rhs, c, g, false), c.Kc, "gmm");
   expect_rows_untouched(fast.view, c, g, "gmm");
   EXPECT_TRUE(fast.guards_intact()) << "gmm wrote outside its output";
   // dlhs.
   Guarded dfast(out_t, M, c.Kc, pad), dref(out_t, M, c.Kc, pad);
   gmm_dlhs(dout, rhs, g, c.goff, dfast.view);
   reference::gmm_dlhs(dout, rhs, g, c.goff, dref.view);
-  std::vector<double> Sd(size_t(M * c.Kc), 0.0);
-  for (int64_t r = 0; r < M; ++r) {
-    int64_t gi = int64_t(std::upper_bound(g.offsets.begin(), g.offsets.end(), r) - g.offsets.begin()) - 1 - c.goff;
-    if (gi < 0 || gi >= c.n_local) continue;
-    for (int64_t k = 0; k < c.Kc; ++k)
-      for (int64_t n = 0; n < c.N; ++n)
-        Sd[size_t(r * c.Kc + k)] += std::fabs(double(dout.get_f32(r * c.N + n)) * rhs.get_f32((gi * c.Kc + k) * c.N + n));
-  }
-  expect_close(dfast.view, dref.view, Sd, c.N, "gmm_dlhs");
+  expect_close(dfast.view, dref.view, abs_sums(dout, rhs, c, g, true), c.N, "gmm_dlhs");
   expect_rows_untouched(dfast.view, c, g, "gmm_dlhs");
   EXPECT_TRUE(dfast.guards_intact()) << "gmm_dlhs wrote outside its output";
 }
