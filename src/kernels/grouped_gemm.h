@@ -16,6 +16,13 @@
 //    and the sizes (Kc, N): never on which other rows are in the call, M, or
 //    r's position. Expert parallelism and the split layout rely on it for
 //    bit-exact results. drhs[g] depends only on the rows of group g (in order).
+//  - results do not depend on the thread count.
+//
+// moe::gmm / gmm_dlhs / gmm_drhs check their arguments and dispatch once to the
+// AVX-512 kernels (src/kernels/avx512/: vdpbf16ps for bf16, FMA for f32) when
+// the CPU has them, else to the reference twin (MOE_GEMM_ISA=reference forces
+// it). The two paths may differ in rounding (summation order; vdpbf16ps also
+// flushes bf16 denormals); each is deterministic.
 #pragma once
 
 #include <cstdint>

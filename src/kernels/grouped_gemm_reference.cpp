@@ -1,8 +1,10 @@
 // Reference twin of the grouped GEMM kernels: plain loops, f32 accumulation in
 // index order. Multi-threaded over rows (forward, dlhs) or over (group, Kc)
 // rows of the weight gradient; each output element is one sequential sum, so
-// the result does not depend on the thread count.
+// the result does not depend on the thread count. Also the portable fallback
+// of the public entry points (grouped_gemm.cpp).
 #include "kernels/grouped_gemm.h"
+#include "kernels/grouped_gemm_internal.h"
 
 #include <cstring>
 
@@ -22,17 +24,6 @@ GroupLayout GroupLayout::from_sizes(const std::vector<int64_t>& sizes) {
 }
 
 namespace {
-
-// Checks shared by all three ops. Returns n_local.
-int64_t check_groups(const char* op, const GroupLayout& groups, int64_t group_offset, const Tensor& rhs_like,
-                     int64_t rows) {
-  int64_t n_local = rhs_like.dim(0);
-  if (group_offset < 0 || group_offset + n_local > groups.num_groups())
-    fail("[", op, "] local groups [", group_offset, ", ", group_offset + n_local, ") outside the ",
-         groups.num_groups(), " groups");
-  if (groups.total() > rows) fail("[", op, "] groups hold ", groups.total(), " rows but the input has ", rows);
-  return n_local;
-}
 
 template <class In, class Out>
 void gmm_rows(const In* lhs, const In* rhs, Out* out, int64_t Kc, int64_t N, int64_t row_begin, int64_t row_end) {
@@ -120,23 +111,12 @@ void drhs_typed(const Tensor& lhs, const Tensor& dout, const GroupLayout& groups
   });
 }
 
-void check_float_pair(const char* op, const Tensor& a, const Tensor& b) {
-  if (a.dtype() != b.dtype() || (a.dtype() != DType::f32 && a.dtype() != DType::bf16))
-    fail("[", op, "] inputs must both be f32 or both bf16, got ", dtype_name(a.dtype()), " and ",
-         dtype_name(b.dtype()));
-}
-
 }  // namespace
 
 namespace reference {
 
 void gmm(const Tensor& lhs, const Tensor& rhs, const GroupLayout& groups, int64_t goff, Tensor& out) {
-  check_float_pair("gmm", lhs, rhs);
-  if (lhs.ndim() != 2 || rhs.ndim() != 3 || rhs.dim(1) != lhs.dim(1))
-    fail("[gmm] expected lhs [M, Kc] and rhs [G, Kc, N], got ", shape_str(lhs.shape()), " and ",
-         shape_str(rhs.shape()));
-  check_groups("gmm", groups, goff, rhs, lhs.dim(0));
-  expect_shape(out, {lhs.dim(0), rhs.dim(2)}, "[gmm] out");
+  detail::check_gmm(lhs, rhs, groups, goff, out);
   bool bf = lhs.dtype() == DType::bf16;
   if (out.dtype() == DType::f32)
     bf ? gmm_typed<bf16, float>(lhs, rhs, groups, goff, out) : gmm_typed<float, float>(lhs, rhs, groups, goff, out);
@@ -147,12 +127,7 @@ void gmm(const Tensor& lhs, const Tensor& rhs, const GroupLayout& groups, int64_
 }
 
 void gmm_dlhs(const Tensor& dout, const Tensor& rhs, const GroupLayout& groups, int64_t goff, Tensor& dlhs) {
-  check_float_pair("gmm_dlhs", dout, rhs);
-  if (dout.ndim() != 2 || rhs.ndim() != 3 || rhs.dim(2) != dout.dim(1))
-    fail("[gmm_dlhs] expected dout [M, N] and rhs [G, Kc, N], got ", shape_str(dout.shape()), " and ",
-         shape_str(rhs.shape()));
-  check_groups("gmm_dlhs", groups, goff, rhs, dout.dim(0));
-  expect_shape(dlhs, {dout.dim(0), rhs.dim(1)}, "[gmm_dlhs] dlhs");
+  detail::check_gmm_dlhs(dout, rhs, groups, goff, dlhs);
   bool bf = dout.dtype() == DType::bf16;
   if (dlhs.dtype() == DType::f32)
     bf ? dlhs_typed<bf16, float>(dout, rhs, groups, goff, dlhs)
@@ -164,28 +139,11 @@ void gmm_dlhs(const Tensor& dout, const Tensor& rhs, const GroupLayout& groups, 
 }
 
 void gmm_drhs(const Tensor& lhs, const Tensor& dout, const GroupLayout& groups, int64_t goff, Tensor& drhs) {
-  check_float_pair("gmm_drhs", lhs, dout);
-  if (lhs.ndim() != 2 || dout.ndim() != 2 || lhs.dim(0) != dout.dim(0) || drhs.ndim() != 3)
-    fail("[gmm_drhs] expected lhs [M, Kc], dout [M, N], drhs [G, Kc, N], got ", shape_str(lhs.shape()), ", ",
-         shape_str(dout.shape()), ", ", shape_str(drhs.shape()));
-  check_groups("gmm_drhs", groups, goff, drhs, lhs.dim(0));
-  expect_shape(drhs, {drhs.dim(0), lhs.dim(1), dout.dim(1)}, "[gmm_drhs] drhs");
-  if (drhs.dtype() != DType::f32) fail("[gmm_drhs] drhs must be f32");
+  detail::check_gmm_drhs(lhs, dout, groups, goff, drhs);
   lhs.dtype() == DType::bf16 ? drhs_typed<bf16>(lhs, dout, groups, goff, drhs)
                              : drhs_typed<float>(lhs, dout, groups, goff, drhs);
 }
 
 }  // namespace reference
-
-// Until the fast kernels land, the public entry points are the reference.
-void gmm(const Tensor& lhs, const Tensor& rhs, const GroupLayout& g, int64_t o, Tensor& out) {
-  reference::gmm(lhs, rhs, g, o, out);
-}
-void gmm_dlhs(const Tensor& dout, const Tensor& rhs, const GroupLayout& g, int64_t o, Tensor& dlhs) {
-  reference::gmm_dlhs(dout, rhs, g, o, dlhs);
-}
-void gmm_drhs(const Tensor& lhs, const Tensor& dout, const GroupLayout& g, int64_t o, Tensor& drhs) {
-  reference::gmm_drhs(lhs, dout, g, o, drhs);
-}
 
 }  // namespace moe

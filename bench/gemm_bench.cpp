@@ -1,0 +1,130 @@
+// gemm_bench: the expert FFN's grouped GEMMs (prefused up [D, 2F], down
+// [F, D]; forward, dlhs, drhs) against oneDNN's dense matmul of the same FLOPs,
+// measured in the same run on the compute pool's thread count.
+//
+// Usage: gemm_bench [reps=5] [case-name filter]
+// Each row: our median ms and GFLOP/s, the dense baseline's, and
+// fraction = dense ms / our ms (1.0 = as fast as a dense matmul).
+#include <cstdio>
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "dense_baseline.h"
+#include "kernels/grouped_gemm.h"
+#include "moe/thread_pool.h"
+#include "timing.h"
+
+namespace moe::bench {
+namespace {
+
+struct FfnCase {
+  const char* name;
+  DType dtype;
+  int64_t T, D, F, E, K;
+};
+
+const FfnCase kCases[] = {
+    {"seed-mixtral bf16", DType::bf16, 2048, 4096, 1024, 8, 2},
+    {"many-experts bf16", DType::bf16, 2048, 1024, 512, 128, 8},
+    {"gemma-like bf16", DType::bf16, 2048, 2816, 704, 128, 8},
+    {"seed-mixtral f32", DType::f32, 2048, 4096, 1024, 8, 2},
+};
+
+// Each token picks K distinct experts uniformly (fixed seed): ragged groups around T*K/E.
+GroupLayout route(const FfnCase& c) {
+  std::mt19937 rng(1234);
+  std::vector<int64_t> sizes(size_t(c.E), 0);
+  std::vector<int64_t> experts(size_t(c.E));
+  for (int64_t t = 0; t < c.T; ++t) {
+    for (int64_t e = 0; e < c.E; ++e) experts[size_t(e)] = e;
+    for (int64_t k = 0; k < c.K; ++k) {
+      std::swap(experts[size_t(k)], experts[size_t(k + int64_t(rng() % uint32_t(c.E - k)))]);
+      ++sizes[size_t(experts[size_t(k)])];
+    }
+  }
+  return GroupLayout::from_sizes(sizes);
+}
+
+// Values in [-1, 1) from a xorshift stream (fast enough for 10^8 elements).
+Tensor filled(DType t, Shape s, uint64_t seed) {
+  Tensor x = Tensor::empty(t, std::move(s));
+  uint64_t z = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    z ^= z << 13, z ^= z >> 7, z ^= z << 17;
+    float v = float(int64_t(z >> 40) - (int64_t(1) << 23)) * 0x1p-23f;
+    if (t == DType::bf16) x.data<bf16>()[i] = to_bf16(v);
+    else x.data<float>()[i] = v;
+  }
+  return x;
+}
+
+struct Op {
+  std::string name;
+  int64_t m, k, n;  // the dense matmul with the same FLOPs
+  std::function<void()> run;
+};
+
+void print_row(const std::string& name, double flops, double ms, double dense_ms) {
+  std::printf("  %-12s %9.2f ms %7.0f GFLOP/s | dense %9.2f ms %7.0f GFLOP/s | %.3f\n", name.c_str(), ms,
+              flops / (ms * 1e6), dense_ms, flops / (dense_ms * 1e6), dense_ms / ms);
+}
+
+void bench_case(const FfnCase& c, int reps) {
+  GroupLayout g = route(c);
+  int64_t R = c.T * c.K, D = c.D, F = c.F, E = c.E;
+  DType t = c.dtype;
+  Tensor xs = filled(t, {R, D}, 1), wi = filled(t, {E, D, 2 * F}, 2), wo = filled(t, {E, F, D}, 3);
+  Tensor a = filled(t, {R, F}, 4), dys = filled(t, {R, D}, 5), dh = filled(t, {R, 2 * F}, 6);
+  Tensor h = Tensor::empty(t, {R, 2 * F}), ys = Tensor::empty(t, {R, D}), da = Tensor::empty(t, {R, F});
+  Tensor dxs = Tensor::empty(t, {R, D}), dwi = Tensor::empty(DType::f32, {E, D, 2 * F});
+  Tensor dwo = Tensor::empty(DType::f32, {E, F, D});
+  std::vector<Op> ops = {
+      {"up.gmm", R, D, 2 * F, [&] { gmm(xs, wi, g, 0, h); }},
+      {"down.gmm", R, F, D, [&] { gmm(a, wo, g, 0, ys); }},
+      {"down.dlhs", R, D, F, [&] { gmm_dlhs(dys, wo, g, 0, da); }},
+      {"down.drhs", F, R, D, [&] { gmm_drhs(a, dys, g, 0, dwo); }},
+      {"up.dlhs", R, 2 * F, D, [&] { gmm_dlhs(dh, wi, g, 0, dxs); }},
+      {"up.drhs", D, R, 2 * F, [&] { gmm_drhs(xs, dh, g, 0, dwi); }},
+  };
+  std::printf("%s: T=%ld D=%ld F=%ld E=%ld K=%ld R=%ld, rows/group %ld..%ld, %d threads, median of %d\n", c.name,
+              long(c.T), long(D), long(F), long(E), long(c.K), long(R), long(*std::min_element(g.sizes.begin(), g.sizes.end())),
+              long(*std::max_element(g.sizes.begin(), g.sizes.end())), ThreadPool::compute().size(), reps);
+  std::vector<DenseMatmul> dense;
+  for (const Op& op : ops) dense.emplace_back(op.m, op.k, op.n, t);
+  double fwd_flops = 0, all_flops = 0;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    auto [ours, base] = median_ms_interleaved(reps, ops[i].run, [&] { dense[i].run(); });
+    print_row(ops[i].name, dense[i].flops(), ours, base);
+    all_flops += dense[i].flops();
+    if (i < 2) fwd_flops += dense[i].flops();
+  }
+  auto [fwd, fwd_base] = median_ms_interleaved(
+      reps, [&] { ops[0].run(), ops[1].run(); }, [&] { dense[0].run(), dense[1].run(); });
+  print_row("ffn.fwd", fwd_flops, fwd, fwd_base);
+  auto [all, all_base] = median_ms_interleaved(
+      reps,
+      [&] {
+        for (const Op& op : ops) op.run();
+      },
+      [&] {
+        for (DenseMatmul& d : dense) d.run();
+      });
+  print_row("ffn.fwd+bwd", all_flops, all, all_base);
+}
+
+}  // namespace
+}  // namespace moe::bench
+
+int main(int argc, char** argv) {
+  int reps = argc > 1 ? std::atoi(argv[1]) : 5;
+  const char* filter = argc > 2 ? argv[2] : "";
+  moe::bench::dense_set_threads(moe::ThreadPool::compute().size());
+  for (const auto& c : moe::bench::kCases)
+    if (std::strstr(c.name, filter)) moe::bench::bench_case(c, reps);
+  return 0;
+}

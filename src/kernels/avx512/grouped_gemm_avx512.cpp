@@ -1,0 +1,144 @@
+// AVX-512 grouped GEMM drivers: split each op into (group, panel, row range)
+// tasks over the compute pool, pack the weight panel, run register tiles.
+//
+// Reduction order (SPEC row independence): every output element is one chain
+// over its words in increasing order (gemm_tile.h), with the whole reduction
+// length in one chain: no split-K, no K blocks that depend on M or threads.
+// drhs words are row pairs counted from the group's first row.
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string_view>
+#include <utility>
+
+#include "kernels/grouped_gemm_internal.h"
+#include "moe/thread_pool.h"
+
+namespace moe::avx512 {
+
+bool supports(DType in) {
+  static const bool base = [] {
+    const char* force = std::getenv("MOE_GEMM_ISA");
+    if (force && std::string_view(force) == "reference") return false;
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+  }();
+  static const bool bf = base && __builtin_cpu_supports("avx512bf16");
+  return in == DType::f32 ? base : (in == DType::bf16 && bf);
+}
+
+}  // namespace moe::avx512
+
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,fma")
+// GCC 12 warns inside its own AVX-512 headers (_mm512_undefined_* in masked
+// intrinsics) when they are inlined into pragma-targeted code.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+#include "kernels/avx512/gemm_driver.h"
+
+namespace moe::avx512 {
+namespace {
+
+// Packed weight bytes per task: several panels when Kc is small, so the
+// packer reads long contiguous runs of each weight row (DRAM-friendly: the
+// weights of many experts do not fit in cache) and the block stays in L2.
+constexpr int64_t kPackBytes = 256 << 10;
+
+// Shared shape of gmm and gmm_dlhs: out[r, c] = sum_w A[r, w] * B_g[w, c],
+// A read in place (row stride lda elements, `len` reduction elements), B_g
+// packed per (group, column panel) by w.pack(lg, c0, nc, dst); w.region(lg,
+// c0, c1) names the weight bytes that packing columns [c0, c1) reads. Tasks
+// are (local group, block of panels), group-major so both threads share a
+// group's A.
+template <class Step, int MR, int NV, class T, class Out, class Weights>
+void row_major_gemm(const T* A, int64_t lda, int64_t len, Out* out, int64_t ldc, int64_t n_out,
+                    const GroupLayout& groups, int64_t goff, int64_t n_local, const Weights& w) {
+  constexpr int64_t NR = 16 * NV;
+  int64_t panels = (n_out + NR - 1) / NR, P = words_of<T>(len);
+  int64_t per_task = std::clamp<int64_t>(kPackBytes / (P * NR * 4), 1, panels);
+  int64_t blocks = (panels + per_task - 1) / per_task;
+  bool half = Step::kPerWord == 2 && len % 2 == 1;
+  AView a{reinterpret_cast<const std::byte*>(A), ptrdiff_t(lda * sizeof(T)), 4};
+  auto rows_of = [&](int64_t lg) {
+    return std::pair{groups.offsets[size_t(goff + lg)], groups.offsets[size_t(goff + lg + 1)]};
+  };
+  parallel_for(n_local * blocks, 1, [&](int64_t b, int64_t e) {
+    uint32_t* bp = scratch(size_t(per_task * P * NR));
+    Prefetcher pf;
+    for (int64_t t = b; t < e; ++t) {
+      int64_t lg = t / blocks, p0 = t % blocks * per_task, p1 = std::min(panels, p0 + per_task);
+      auto [r0, r1] = rows_of(lg);
+      if (r0 == r1) continue;
+      for (int64_t pi = p0; pi < p1; ++pi) w.pack(lg, pi * NR, std::min(NR, n_out - pi * NR), bp + (pi - p0) * P * NR);
+      int64_t nt = t + 1 < e ? t + 1 : t, nlg = nt / blocks, np0 = nt % blocks * per_task;
+      pf.start(nt == t ? Region{} : w.region(nlg, np0 * NR, std::min(n_out, (np0 + per_task) * NR)),
+               (r1 - r0 + MR - 1) / MR * (p1 - p0));
+      for (int64_t pi = p0; pi < p1; ++pi)
+        run_rows<Step, MR, NV>(a, r0, r1, bp + (pi - p0) * P * NR, P, half, out + pi * NR, ldc,
+                               std::min(NR, n_out - pi * NR), &pf);
+    }
+  });
+}
+
+// out[M, N] = lhs[M, Kc] @ rhs[g]  (rhs [n_local, Kc, N])
+template <class T, class Out>
+void gmm_typed(const Tensor& lhs, const Tensor& rhs, const GroupLayout& groups, int64_t goff, Tensor& out) {
+  using S = Shape<T>;
+  int64_t Kc = lhs.dim(1), N = rhs.dim(2), n_local = rhs.dim(0);
+  struct {
+    const T* W;
+    int64_t Kc, N;
+    void pack(int64_t lg, int64_t c0, int64_t nc, uint32_t* dst) const {
+      pack_row_pairs<T>(W + lg * Kc * N, N, 0, Kc, c0, nc, dst, 16 * S::NV, 16 * S::NV);
+    }
+    Region region(int64_t lg, int64_t c0, int64_t c1) const {
+      return {reinterpret_cast<const std::byte*>(W + lg * Kc * N + c0), ptrdiff_t(N * sizeof(T)), Kc,
+              int64_t((c1 - c0) * sizeof(T))};
+    }
+  } w{rhs.data<T>(), Kc, N};
+  row_major_gemm<typename S::Step, S::MR, S::NV>(lhs.data<T>(), Kc, Kc, out.data<Out>(), N, N, groups, goff,
+                                                 n_local, w);
+}
+
+// dlhs[M, Kc] = dout[M, N] @ rhs[g]^T  (rhs [n_local, Kc, N] read transposed in place, panel by panel)
+template <class T, class Out>
+void dlhs_typed(const Tensor& dout, const Tensor& rhs, const GroupLayout& groups, int64_t goff, Tensor& dlhs) {
+  using S = Shape<T>;
+  int64_t Kc = rhs.dim(1), N = rhs.dim(2), n_local = rhs.dim(0);
+  struct {
+    const T* W;
+    int64_t Kc, N;
+    void pack(int64_t lg, int64_t c0, int64_t nc, uint32_t* dst) const {
+      pack_transposed<T>(W + lg * Kc * N, N, N, c0, nc, dst, 16 * S::NV, 16 * S::NV);
+    }
+    Region region(int64_t lg, int64_t c0, int64_t c1) const {
+      return {reinterpret_cast<const std::byte*>(W + (lg * Kc + c0) * N), ptrdiff_t(N * sizeof(T)), c1 - c0,
+              int64_t(N * sizeof(T))};
+    }
+  } w{rhs.data<T>(), Kc, N};
+  row_major_gemm<typename S::Step, S::MR, S::NV>(dout.data<T>(), N, N, dlhs.data<Out>(), Kc, Kc, groups, goff,
+                                                 n_local, w);
+}
+
+}  // namespace
+
+void gmm(const Tensor& lhs, const Tensor& rhs, const GroupLayout& groups, int64_t goff, Tensor& out) {
+  if (lhs.dtype() == DType::f32) return gmm_typed<float, float>(lhs, rhs, groups, goff, out);
+  if (out.dtype() == DType::f32) return gmm_typed<bf16, float>(lhs, rhs, groups, goff, out);
+  gmm_typed<bf16, bf16>(lhs, rhs, groups, goff, out);
+}
+
+void gmm_dlhs(const Tensor& dout, const Tensor& rhs, const GroupLayout& groups, int64_t goff, Tensor& dlhs) {
+  if (dout.dtype() == DType::f32) return dlhs_typed<float, float>(dout, rhs, groups, goff, dlhs);
+  if (dlhs.dtype() == DType::f32) return dlhs_typed<bf16, float>(dout, rhs, groups, goff, dlhs);
+  dlhs_typed<bf16, bf16>(dout, rhs, groups, goff, dlhs);
+}
+
+}  // namespace moe::avx512
+
+#pragma GCC pop_options

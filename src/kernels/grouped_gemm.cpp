@@ -1,0 +1,84 @@
+// Public grouped GEMM entry points: check the arguments, then dispatch once
+// on (ISA, input dtype) to the AVX-512 kernels or the reference twin (the
+// portable fallback, same contract; results may differ in rounding between
+// the two paths, each path is deterministic).
+#include "kernels/grouped_gemm.h"
+
+#include "kernels/grouped_gemm_internal.h"
+
+namespace moe {
+namespace detail {
+namespace {
+
+void check_groups(const char* op, const GroupLayout& groups, int64_t goff, const Tensor& rhs_like, int64_t rows) {
+  int64_t n_local = rhs_like.dim(0);
+  if (goff < 0 || goff + n_local > groups.num_groups())
+    fail("[", op, "] local groups [", goff, ", ", goff + n_local, ") outside the ", groups.num_groups(), " groups");
+  if (groups.total() > rows) fail("[", op, "] groups hold ", groups.total(), " rows but the input has ", rows);
+}
+
+void check_float_pair(const char* op, const Tensor& a, const Tensor& b) {
+  if (a.dtype() != b.dtype() || (a.dtype() != DType::f32 && a.dtype() != DType::bf16))
+    fail("[", op, "] inputs must both be f32 or both bf16, got ", dtype_name(a.dtype()), " and ",
+         dtype_name(b.dtype()));
+}
+
+void check_out_dtype(const char* op, const Tensor& in, const Tensor& out) {
+  if (out.dtype() != DType::f32 && out.dtype() != in.dtype())
+    fail("[", op, "] output dtype must be f32 or the input dtype, got ", dtype_name(out.dtype()));
+}
+
+}  // namespace
+
+void check_gmm(const Tensor& lhs, const Tensor& rhs, const GroupLayout& groups, int64_t goff, const Tensor& out) {
+  check_float_pair("gmm", lhs, rhs);
+  if (lhs.ndim() != 2 || rhs.ndim() != 3 || rhs.dim(1) != lhs.dim(1))
+    fail("[gmm] expected lhs [M, Kc] and rhs [G, Kc, N], got ", shape_str(lhs.shape()), " and ",
+         shape_str(rhs.shape()));
+  check_groups("gmm", groups, goff, rhs, lhs.dim(0));
+  expect_shape(out, {lhs.dim(0), rhs.dim(2)}, "[gmm] out");
+  check_out_dtype("gmm", lhs, out);
+}
+
+void check_gmm_dlhs(const Tensor& dout, const Tensor& rhs, const GroupLayout& groups, int64_t goff,
+                    const Tensor& dlhs) {
+  check_float_pair("gmm_dlhs", dout, rhs);
+  if (dout.ndim() != 2 || rhs.ndim() != 3 || rhs.dim(2) != dout.dim(1))
+    fail("[gmm_dlhs] expected dout [M, N] and rhs [G, Kc, N], got ", shape_str(dout.shape()), " and ",
+         shape_str(rhs.shape()));
+  check_groups("gmm_dlhs", groups, goff, rhs, dout.dim(0));
+  expect_shape(dlhs, {dout.dim(0), rhs.dim(1)}, "[gmm_dlhs] dlhs");
+  check_out_dtype("gmm_dlhs", dout, dlhs);
+}
+
+void check_gmm_drhs(const Tensor& lhs, const Tensor& dout, const GroupLayout& groups, int64_t goff,
+                    const Tensor& drhs) {
+  check_float_pair("gmm_drhs", lhs, dout);
+  if (lhs.ndim() != 2 || dout.ndim() != 2 || lhs.dim(0) != dout.dim(0) || drhs.ndim() != 3)
+    fail("[gmm_drhs] expected lhs [M, Kc], dout [M, N], drhs [G, Kc, N], got ", shape_str(lhs.shape()), ", ",
+         shape_str(dout.shape()), ", ", shape_str(drhs.shape()));
+  check_groups("gmm_drhs", groups, goff, drhs, lhs.dim(0));
+  expect_shape(drhs, {drhs.dim(0), lhs.dim(1), dout.dim(1)}, "[gmm_drhs] drhs");
+  if (drhs.dtype() != DType::f32) fail("[gmm_drhs] drhs must be f32");
+}
+
+}  // namespace detail
+
+void gmm(const Tensor& lhs, const Tensor& rhs, const GroupLayout& g, int64_t o, Tensor& out) {
+  detail::check_gmm(lhs, rhs, g, o, out);
+  avx512::supports(lhs.dtype()) ? avx512::gmm(lhs, rhs, g, o, out) : reference::gmm(lhs, rhs, g, o, out);
+}
+
+void gmm_dlhs(const Tensor& dout, const Tensor& rhs, const GroupLayout& g, int64_t o, Tensor& dlhs) {
+  detail::check_gmm_dlhs(dout, rhs, g, o, dlhs);
+  avx512::supports(dout.dtype()) ? avx512::gmm_dlhs(dout, rhs, g, o, dlhs)
+                                 : reference::gmm_dlhs(dout, rhs, g, o, dlhs);
+}
+
+void gmm_drhs(const Tensor& lhs, const Tensor& dout, const GroupLayout& g, int64_t o, Tensor& drhs) {
+  detail::check_gmm_drhs(lhs, dout, g, o, drhs);
+  avx512::supports(lhs.dtype()) ? avx512::gmm_drhs(lhs, dout, g, o, drhs)
+                                : reference::gmm_drhs(lhs, dout, g, o, drhs);
+}
+
+}  // namespace moe

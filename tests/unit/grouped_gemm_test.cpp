@@ -1,0 +1,255 @@
+// Fast grouped GEMM (moe::gmm / gmm_dlhs / gmm_drhs, AVX-512 here) against the
+// reference twin, plus the contract: untouched rows, guard bytes, misaligned
+// views, empty groups, row independence and drhs group independence (exact).
+//
+// Tolerance: both paths accumulate the same exact products (bf16*bf16 and
+// f32*f32 products are exact or correctly rounded in f32) in f32 but in a
+// different order, so each differs from the exact sum by at most
+// ~L * 2^-24 * sum|a*b| (L = reduction length) and from each other by twice
+// that. We check |fast - ref| <= 2 * (L + 2) * 2^-24 * S per element with
+// S = sum_l |a_l * b_l| computed in double; bf16 outputs add one bf16 rounding
+// on each side: + 2^-8 * (|ref| + bound).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+
+#include "kernels/grouped_gemm.h"
+
+namespace moe {
+namespace {
+
+constexpr float kCanary = -1536.0f;  // exact in bf16, far from any output here
+
+// A [rows, cols] view at element offset `pad` inside a buffer with `pad`
+// canary elements before and after (misaligned when pad is not a multiple of 16).
+struct Guarded {
+  Tensor buf, view;
+  int64_t pad;
+  Guarded(DType t, int64_t rows, int64_t cols, int64_t pad_) : pad(pad_) {
+    buf = Tensor::empty(t, {rows * cols + 2 * pad});
+    for (int64_t i = 0; i < buf.numel(); ++i) set(buf, i, kCanary);
+    view = buf.slice_rows(pad, pad + rows * cols).reshaped({rows, cols});
+  }
+  static void set(Tensor& t, int64_t i, float v) {
+    if (t.dtype() == DType::f32) t.data<float>()[i] = v;
+    else t.data<bf16>()[i] = to_bf16(v);
+  }
+  bool guards_intact() const {
+    for (int64_t i = 0; i < pad; ++i)
+      if (buf.get_f32(i) != kCanary || buf.get_f32(buf.numel() - 1 - i) != kCanary) return false;
+    return true;
+  }
+};
+
+Tensor random_tensor(DType t, Shape s, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  Tensor x = Tensor::empty(t, s);
+  for (int64_t i = 0; i < x.numel(); ++i) Guarded::set(x, i, u(rng));
+  return x;
+}
+
+// |fast - ref| <= bound(S) for every element; S[i] = sum |a b| for element i.
+void expect_close(const Tensor& fast, const Tensor& ref, const std::vector<double>& S, int64_t L,
+                  const char* what) {
+  ASSERT_EQ(fast.numel(), ref.numel());
+  int bad = 0;
+  for (int64_t i = 0; i < ref.numel() && bad < 5; ++i) {
+    double r = ref.get_f32(i), f = fast.get_f32(i);
+    double tol = 2.0 * double(L + 2) * std::ldexp(1.0, -24) * S[size_t(i)];
+    if (fast.dtype() == DType::bf16) tol += std::ldexp(1.0, -8) * (std::fabs(r) + tol);
+    if (!(std::fabs(f - r) <= tol)) {
+      ++bad;
+      ADD_FAILURE() << what << " element " << i << ": fast " << f << " ref " << r << " tol " << tol;
+    }
+  }
+}
+
+struct Case {
+  std::vector<int64_t> sizes;
+  int64_t Kc, N, goff, n_local;
+  int64_t extra_rows;  // rows past the last group (must stay untouched)
+};
+
+int64_t rows_of(const Case& c, const GroupLayout& g) { return g.total() + c.extra_rows; }
+
+// Rows of the local groups: [first, last).
+std::pair<int64_t, int64_t> local_rows(const Case& c, const GroupLayout& g) {
+  return {g.offsets[size_t(c.goff)], g.offsets[size_t(c.goff + c.n_local)]};
+}
+
+// Untouched rows keep the canary; local rows are finite.
+void expect_rows_untouched(const Tensor& out, const Case& c, const GroupLayout& g, const char* what) {
+  auto [a, b] = local_rows(c, g);
+  int64_t cols = out.dim(1);
+  for (int64_t r = 0; r < out.dim(0); ++r)
+    for (int64_t j = 0; j < cols; ++j) {
+      float v = out.get_f32(r * cols + j);
+      bool local = r >= a && r < b;
+      if (local ? v == kCanary : v != kCanary) {
+        ADD_FAILURE() << what << " row " << r << " col " << j << " local " << local << " value " << v;
+        return;
+      }
+    }
+}
+
+// S[r, j] = sum_l |x[r, l] * W[l, j]| with W = rhs[g(r)] (transposed: rhs[g(r)]^T),
+// for rows of local groups; the scale of the rounding error of out[r, j].
+std::vector<double> abs_sums(const Tensor& x, const Tensor& rhs, const Case& c, const GroupLayout& g,
+                             bool transposed) {
+  int64_t M = x.dim(0), L = x.dim(1), cols = transposed ? c.Kc : c.N;
+  std::vector<double> S(size_t(M * cols), 0.0);
+  for (int64_t r = 0; r < M; ++r) {
+    int64_t gi = int64_t(std::upper_bound(g.offsets.begin(), g.offsets.end(), r) - g.offsets.begin()) - 1 - c.goff;
+    if (gi < 0 || gi >= c.n_local) continue;
+    for (int64_t l = 0; l < L; ++l)
+      for (int64_t j = 0; j < cols; ++j) {
+        int64_t wi = transposed ? (gi * c.Kc + j) * c.N + l : (gi * c.Kc + l) * c.N + j;
+        S[size_t(r * cols + j)] += std::fabs(double(x.get_f32(r * L + l)) * rhs.get_f32(wi));
+      }
+  }
+  return S;
+}
+
+void run_forward_and_dlhs(DType in, DType out_t, const Case& c, int64_t pad) {
+  GroupLayout g = GroupLayout::from_sizes(c.sizes);
+  int64_t M = rows_of(c, g);
+  Tensor lhs = random_tensor(in, {M, c.Kc}, 1), rhs = random_tensor(in, {c.n_local, c.Kc, c.N}, 2);
+  Tensor dout = random_tensor(in, {M, c.N}, 3);
+  // Forward.
+  Guarded fast(out_t, M, c.N, pad), ref(out_t, M, c.N, pad);
+  gmm(lhs, rhs, g, c.goff, fast.view);
+  reference::gmm(lhs, rhs, g, c.goff, ref.view);
+  expect_close(fast.view, ref.view, abs_sums(lhs, rhs, c, g, false), c.Kc, "gmm");
+  expect_rows_untouched(fast.view, c, g, "gmm");
+  EXPECT_TRUE(fast.guards_intact()) << "gmm wrote outside its output";
+  // dlhs.
+  Guarded dfast(out_t, M, c.Kc, pad), dref(out_t, M, c.Kc, pad);
+  gmm_dlhs(dout, rhs, g, c.goff, dfast.view);
+  reference::gmm_dlhs(dout, rhs, g, c.goff, dref.view);
+  expect_close(dfast.view, dref.view, abs_sums(dout, rhs, c, g, true), c.N, "gmm_dlhs");
+  expect_rows_untouched(dfast.view, c, g, "gmm_dlhs");
+  EXPECT_TRUE(dfast.guards_intact()) << "gmm_dlhs wrote outside its output";
+}
+
+void run_drhs(DType in, const Case& c, int64_t pad) {
+  GroupLayout g = GroupLayout::from_sizes(c.sizes);
+  int64_t M = rows_of(c, g);
+  Tensor lhs = random_tensor(in, {M, c.Kc}, 4), dout = random_tensor(in, {M, c.N}, 5);
+  Guarded fast(DType::f32, c.n_local * c.Kc, c.N, pad);
+  Tensor fview = fast.view.reshaped({c.n_local, c.Kc, c.N});
+  Tensor ref(DType::f32, {c.n_local, c.Kc, c.N});
+  gmm_drhs(lhs, dout, g, c.goff, fview);
+  reference::gmm_drhs(lhs, dout, g, c.goff, ref);
+  std::vector<double> S(size_t(ref.numel()), 0.0);
+  for (int64_t lg = 0; lg < c.n_local; ++lg)
+    for (int64_t r = g.offsets[size_t(c.goff + lg)]; r < g.offsets[size_t(c.goff + lg + 1)]; ++r)
+      for (int64_t k = 0; k < c.Kc; ++k)
+        for (int64_t n = 0; n < c.N; ++n)
+          S[size_t((lg * c.Kc + k) * c.N + n)] += std::fabs(double(lhs.get_f32(r * c.Kc + k)) * dout.get_f32(r * c.N + n));
+  int64_t L = *std::max_element(c.sizes.begin(), c.sizes.end()) + 1;
+  expect_close(fview, ref, S, L, "gmm_drhs");
+  EXPECT_TRUE(fast.guards_intact()) << "gmm_drhs wrote outside its output";
+}
+
+const std::vector<Case>& cases() {
+  static const std::vector<Case> all = {
+      {{3, 17, 33}, 130, 65, 0, 3, 0},                 // odd sizes, M not a tile multiple
+      {{0, 5, 0, 65, 0}, 33, 130, 0, 5, 2},            // leading / middle / trailing empty, extra rows
+      {{0, 0, 0}, 17, 33, 0, 3, 4},                    // all empty
+      {{7, 1, 20, 9, 3}, 65, 17, 2, 2, 3},             // group_offset != 0, fewer local groups
+      {{1}, 1, 1, 0, 1, 0},                            // 1x1x1
+      {{13, 40}, 3, 129, 1, 1, 1},                     // Kc = 3 (odd pairs), N > 2 panels
+      {{4, 9, 0, 2, 7, 1, 5, 3, 6, 0, 8, 2, 1}, 17, 33, 0, 13, 1},  // many small groups (drhs per-group tasks)
+  };
+  return all;
+}
+
+TEST(GroupedGemm, MatchesReferenceBf16) {
+  for (const Case& c : cases())
+    for (int64_t pad : {0, 1, 3}) {
+      SCOPED_TRACE(::testing::Message() << "Kc " << c.Kc << " N " << c.N << " pad " << pad);
+      run_forward_and_dlhs(DType::bf16, DType::bf16, c, pad);
+      run_forward_and_dlhs(DType::bf16, DType::f32, c, pad);
+      run_drhs(DType::bf16, c, pad);
+    }
+}
+
+TEST(GroupedGemm, MatchesReferenceF32) {
+  for (const Case& c : cases())
+    for (int64_t pad : {0, 2}) {
+      SCOPED_TRACE(::testing::Message() << "Kc " << c.Kc << " N " << c.N << " pad " << pad);
+      run_forward_and_dlhs(DType::f32, DType::f32, c, pad);
+      run_drhs(DType::f32, c, pad);
+    }
+}
+
+// Copies rows [b, e) of x into rows starting at `at` of y.
+void copy_rows(const Tensor& x, int64_t b, int64_t e, Tensor& y, int64_t at) {
+  size_t row = size_t(x.numel() / x.dim(0)) * dtype_size(x.dtype());
+  std::memcpy(static_cast<std::byte*>(y.raw()) + size_t(at) * row, static_cast<const std::byte*>(x.raw()) + size_t(b) * row,
+              size_t(e - b) * row);
+}
+
+bool rows_bit_equal(const Tensor& x, int64_t xb, const Tensor& y, int64_t yb, int64_t n) {
+  size_t row = size_t(x.numel() / x.dim(0)) * dtype_size(x.dtype());
+  return std::memcmp(static_cast<const std::byte*>(x.raw()) + size_t(xb) * row,
+                     static_cast<const std::byte*>(y.raw()) + size_t(yb) * row, size_t(n) * row) == 0;
+}
+
+// Row independence: group g's rows computed inside a full call, and again in
+// a call holding only them after `before` rows of another group, with `after`
+// unrouted rows: identical bits (forward, dlhs). drhs[g] from the full call
+// equals drhs of the group alone (other schedule: 1 local group). The thread
+// count cannot matter either: these calls split the rows into different tasks.
+void check_row_independence(DType in, DType out_t, int64_t Kc, int64_t N) {
+  std::vector<int64_t> sizes = {5, 0, 37, 14, 1, 22, 9, 3, 30, 11};
+  GroupLayout g = GroupLayout::from_sizes(sizes);
+  int64_t G = int64_t(sizes.size()), M = g.total();
+  Tensor lhs = random_tensor(in, {M, Kc}, 7), rhs = random_tensor(in, {G, Kc, N}, 8);
+  Tensor dout = random_tensor(in, {M, N}, 9);
+  Tensor out(out_t, {M, N}), dl(out_t, {M, Kc}), dr(DType::f32, {G, Kc, N});
+  gmm(lhs, rhs, g, 0, out);
+  gmm_dlhs(dout, rhs, g, 0, dl);
+  gmm_drhs(lhs, dout, g, 0, dr);
+  const int64_t before = 7, after = 5;
+  for (int64_t gi = 0; gi < G; ++gi) {
+    int64_t b = g.offsets[size_t(gi)], n = sizes[size_t(gi)];
+    GroupLayout g2 = GroupLayout::from_sizes({before, n});
+    int64_t M2 = before + n + after;
+    Tensor lhs2 = random_tensor(in, {M2, Kc}, 10), dout2 = random_tensor(in, {M2, N}, 11);
+    copy_rows(lhs, b, b + n, lhs2, before);
+    copy_rows(dout, b, b + n, dout2, before);
+    Tensor rhs2(in, {2, Kc, N});
+    copy_rows(rhs, (gi + 1) % G, (gi + 1) % G + 1, rhs2, 0);
+    copy_rows(rhs, gi, gi + 1, rhs2, 1);
+    Tensor out2(out_t, {M2, N}), dl2(out_t, {M2, Kc}), dr2(DType::f32, {1, Kc, N});
+    gmm(lhs2, rhs2, g2, 0, out2);
+    gmm_dlhs(dout2, rhs2, g2, 0, dl2);
+    gmm_drhs(lhs2, dout2, g2, 1, dr2);
+    EXPECT_TRUE(rows_bit_equal(out, b, out2, before, n)) << "gmm group " << gi;
+    EXPECT_TRUE(rows_bit_equal(dl, b, dl2, before, n)) << "gmm_dlhs group " << gi;
+    EXPECT_TRUE(rows_bit_equal(dr, gi, dr2, 0, 1)) << "gmm_drhs group " << gi;
+  }
+}
+
+TEST(GroupedGemm, RowIndependenceIsExact) {
+  check_row_independence(DType::bf16, DType::bf16, 67, 130);
+  check_row_independence(DType::bf16, DType::f32, 33, 17);
+  check_row_independence(DType::f32, DType::f32, 40, 70);
+}
+
+TEST(GroupedGemm, EmptyGroupGradientIsZero) {
+  GroupLayout g = GroupLayout::from_sizes({0, 3, 0});
+  Tensor lhs = random_tensor(DType::bf16, {3, 5}, 1), dout = random_tensor(DType::bf16, {3, 7}, 2);
+  Tensor dr = random_tensor(DType::f32, {3, 5, 7}, 3);  // garbage must be overwritten
+  gmm_drhs(lhs, dout, g, 0, dr);
+  for (int64_t i = 0; i < 35; ++i) EXPECT_EQ(dr.get_f32(i), 0.0f);
+  for (int64_t i = 70; i < 105; ++i) EXPECT_EQ(dr.get_f32(i), 0.0f);
+}
+
+}  // namespace
+}  // namespace moe
