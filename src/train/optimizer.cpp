@@ -7,14 +7,15 @@ namespace moe::train {
 void adamw_update(float* p, const float* g, float* m, float* v, int64_t n, int64_t t, const AdamWHyper& h,
                   bool decay) {
   MOE_ASSERT(t >= 1, "adamw_update: t is 1-based");
-  const float c1 = float(1.0 / (1.0 - std::pow(double(h.beta1), double(t))));
-  const float c2 = float(1.0 / (1.0 - std::pow(double(h.beta2), double(t))));
-  const float wd = decay ? h.lr * h.weight_decay : 0.0f;
+  const float b1 = float(h.beta1), a1 = float(1.0 - h.beta1), b2 = float(h.beta2), a2 = float(1.0 - h.beta2);
+  const float c1 = float(1.0 / (1.0 - std::pow(h.beta1, double(t))));
+  const float c2 = float(1.0 / (1.0 - std::pow(h.beta2, double(t))));
+  const float lr = float(h.lr), eps = float(h.eps), wd = decay ? float(h.lr * h.weight_decay) : 0.0f;
   for (int64_t i = 0; i < n; ++i) {
-    m[i] = h.beta1 * m[i] + (1.0f - h.beta1) * g[i];
-    v[i] = h.beta2 * v[i] + (1.0f - h.beta2) * g[i] * g[i];
-    const float update = (m[i] * c1) / (std::sqrt(v[i] * c2) + h.eps);
-    p[i] -= h.lr * update + wd * p[i];
+    m[i] = b1 * m[i] + a1 * g[i];
+    v[i] = b2 * v[i] + a2 * g[i] * g[i];
+    const float update = (m[i] * c1) / (std::sqrt(v[i] * c2) + eps);
+    p[i] -= lr * update + wd * p[i];
   }
 }
 

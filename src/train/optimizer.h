@@ -10,10 +10,12 @@
 
 namespace moe::train {
 
+// Hyperparameters in double; the update derives its f32 coefficients from
+// them (1 - beta computed in double, so 1 - 0.999 is not f32 cancellation).
 struct AdamWHyper {
-  float lr = 1e-3f;
-  float beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f;
-  float weight_decay = 0.0f;
+  double lr = 1e-3;
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
+  double weight_decay = 0.0;
 };
 
 // One AdamW update of n elements; t >= 1 is the update's 1-based count (bias

@@ -29,7 +29,7 @@ void fill_routing_metrics(const LossTerms& l, StepMetrics& m) {
 }
 
 void apply_adamw(const Config& cfg, TrainState& st, const std::vector<Param>& grads, double lr) {
-  AdamWHyper h{float(lr), float(cfg.beta1), float(cfg.beta2), float(cfg.adam_eps), float(cfg.weight_decay)};
+  AdamWHyper h{lr, cfg.beta1, cfg.beta2, cfg.adam_eps, cfg.weight_decay};
   auto p = parameters(cfg, st.params), m = parameters(cfg, st.m), v = parameters(cfg, st.v);
   for (size_t i = 0; i < p.size(); ++i)
     adamw_update(p[i].tensor->data<float>(), grads[i].tensor->data<float>(), m[i].tensor->data<float>(),
