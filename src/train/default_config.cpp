@@ -12,16 +12,16 @@ emb_dim: 64
 moe_mlp_dim: 128
 dtype: f32
 num_layers: 2
-steps: 400
+steps: 1000
 batch_tokens: 256
-learning_rate: 0.003
-warmup_steps: 20
+learning_rate: 0.01
+warmup_steps: 50
 min_lr_ratio: 0.1
 weight_decay: 0.01
 grad_clip: 1.0
 seed: 0
 teacher_seed: 1
-log_period: 20
+log_period: 100
 )";
 }
 

@@ -101,16 +101,18 @@ Tensor model_forward(const Config& cfg, const Model& m, const Tensor& x) {
   return h;
 }
 
-LossTerms loss_and_grads(const Config& cfg, const Model& m, const Tensor& x, const Tensor& target,
-                         int64_t global_tokens, Model& grads, PhaseTimes& times) {
-  LossTerms loss;
-  std::vector<BlockCache> caches;
+namespace {
+
+// Student forward through every block, keeping what the backward needs.
+// Returns h_L [T, D] f32.
+Tensor forward_blocks(const Config& cfg, const Model& m, const Tensor& x, std::vector<BlockCache>& caches,
+                      LossTerms& loss, PhaseTimes& times) {
   Tensor h = x.to(DType::f32).clone();
   for (const Block& b : m.blocks) {
     auto t0 = Clock::now();
     RmsNormOut n = rmsnorm_forward(h, b.norm_scale);
+    times.norm += ms_since(t0);
     auto t1 = Clock::now();
-    times.norm += std::chrono::duration<double, std::milli>(t1 - t0).count();
     LayerOutputs o;
     caches.push_back({h.clone(), n.inv_rms, layer_forward(cfg, b.moe, n.y, nullptr, o)});
     times.moe_forward += ms_since(t1);
@@ -119,27 +121,52 @@ LossTerms loss_and_grads(const Config& cfg, const Model& m, const Tensor& x, con
     loss.z += o.z_loss;
     add_into(h, o.y);
   }
-  // d(sse / N)/dh = 2 (h - target) / N, N = global_tokens * D.
-  const double inv_n = 1.0 / (double(global_tokens) * double(cfg.emb_dim));
+  return h;
+}
+
+// Squared error into loss.mse_sum; returns dL/dh = 2 (h - target) / N, N = global_tokens * D.
+Tensor mse_grad(const Tensor& h, const Tensor& target, int64_t global_tokens, LossTerms& loss) {
+  expect_shape(target, h.shape(), "target");
+  const double inv_n = 1.0 / (double(global_tokens) * double(h.dim(1)));
   Tensor g = Tensor::empty(DType::f32, h.shape());
+  const float *ph = h.data<float>(), *pt = target.data<float>();
+  float* pg = g.data<float>();
   for (int64_t i = 0; i < h.numel(); ++i) {
-    const float e = h.data<float>()[i] - target.data<float>()[i];
+    const float e = ph[i] - pt[i];
     loss.mse_sum += double(e) * e;
-    g.data<float>()[i] = float(2.0 * inv_n * e);
+    pg[i] = float(2.0 * inv_n * e);
   }
+  return g;
+}
+
+// Top block down: g = dL/dh_i enters block i's MoE as dy and flows on through
+// the residual plus the RMSNorm's input gradient.
+void backward_blocks(const Config& cfg, const Model& m, std::vector<BlockCache>& caches, Tensor g, Model& grads,
+                     PhaseTimes& times) {
   for (size_t i = m.blocks.size(); i-- > 0;) {
     auto t0 = Clock::now();
     LayerGrads lg = layer_backward(cfg, *caches[i].moe, g);
-    caches[i].moe.reset();
+    caches[i].moe.reset();  // free the activations early
+    times.moe_backward += ms_since(t0);
     auto t1 = Clock::now();
-    times.moe_backward += std::chrono::duration<double, std::milli>(t1 - t0).count();
     grads.blocks[i].moe = lg.weights;
     RmsNormGrads ng = rmsnorm_backward(caches[i].h_in, m.blocks[i].norm_scale, caches[i].inv_rms, lg.dx);
     grads.blocks[i].norm_scale = ng.dscale;
-    float* pg = g.data<float>();  // residual: dh_in = dh_out + dnorm
-    for (int64_t j = 0; j < g.numel(); ++j) pg[j] += ng.dx.data<float>()[j];
+    float* pg = g.data<float>();
+    const float* pn = ng.dx.data<float>();
+    for (int64_t j = 0; j < g.numel(); ++j) pg[j] += pn[j];
     times.norm += ms_since(t1);
   }
+}
+
+}  // namespace
+
+LossTerms loss_and_grads(const Config& cfg, const Model& m, const Tensor& x, const Tensor& target,
+                         int64_t global_tokens, Model& grads, PhaseTimes& times) {
+  LossTerms loss;
+  std::vector<BlockCache> caches;
+  Tensor h = forward_blocks(cfg, m, x, caches, loss, times);
+  backward_blocks(cfg, m, caches, mse_grad(h, target, global_tokens, loss), grads, times);
   return loss;
 }
 
