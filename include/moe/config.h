@@ -70,7 +70,7 @@ struct Config {
   std::string checkpoint_dir;  // "" = no checkpoints
   int64_t checkpoint_period = 0;
   int64_t keep_checkpoints = 3;  // newest checkpoints kept in checkpoint_dir
-  std::string metrics_file;  // "" = none
+  std::string metrics_file;      // "" = none
   int64_t log_period = 10;
 };
 

@@ -22,11 +22,11 @@ struct StepMetrics {
   int64_t step = 0;  // 1-based: updates completed including this one
   int64_t total_steps = 0;
   double loss = 0, mse = 0;
-  double lb = 0, z = 0;  // aux losses summed over layers (already weighted)
+  double lb = 0, z = 0;          // aux losses summed over layers (already weighted)
   double lr = 0, grad_norm = 0;  // grad_norm: before clipping
   double step_ms = 0, tokens_per_s = 0;
   int64_t tokens = 0, dropped = 0;
-  int64_t collective_bytes = 0;  // bytes moved by gradient/loss collectives (0 on one process)
+  int64_t collective_bytes = 0;             // bytes moved by gradient/loss collectives (0 on one process)
   std::vector<double> load_max, load_mean;  // per layer: tokens of the busiest expert, mean per expert
 };
 
@@ -34,14 +34,14 @@ struct StepMetrics {
 struct TrainSummary {
   int64_t first_step = 0, last_step = 0;  // steps run by this invocation
   double first_loss = 0, last_loss = 0;
-  double seconds = 0;          // wall time of the steps
+  double seconds = 0;  // wall time of the steps
   double tokens_per_s = 0;
-  double gflops = 0;           // model FLOPs / s (see docs/training.md)
+  double gflops = 0;  // model FLOPs / s (see docs/training.md)
   // Time split in ms: data, teacher forward, RMSNorm (fwd+bwd), MoE layer forward, MoE layer backward,
   // optimizer (clip + AdamW), other. The MoE layer is timed as a whole.
   double ms_data = 0, ms_teacher = 0, ms_norm = 0, ms_moe_forward = 0, ms_moe_backward = 0, ms_optimizer = 0,
          ms_other = 0;
-  double load_balance = 0;     // max/mean tokens per expert, averaged over steps and layers
+  double load_balance = 0;        // max/mean tokens per expert, averaged over steps and layers
   double fraction_of_dense = -1;  // of the dense GEMM peak; < 0: not measured yet ("n/a")
   std::string last_checkpoint;    // "" when none was written
 };

@@ -114,7 +114,8 @@ void check_train(Problems& out, const Config& c) {
   require_nonneg_float(out, c, "learning_rate", c.learning_rate, true);
   require_int_at_least(out, c, "warmup_steps", c.warmup_steps, 0);
   require_nonneg_float(out, c, "weight_decay", c.weight_decay, false);
-  if (!(c.min_lr_ratio >= 0 && c.min_lr_ratio <= 1)) add(out, "min_lr_ratio must be in [0, 1]", got(c, "min_lr_ratio"));
+  if (!(c.min_lr_ratio >= 0 && c.min_lr_ratio <= 1))
+    add(out, "min_lr_ratio must be in [0, 1]", got(c, "min_lr_ratio"));
   if (!(c.beta1 >= 0 && c.beta1 < 1)) add(out, "beta1 must be in [0, 1)", got(c, "beta1"));
   if (!(c.beta2 >= 0 && c.beta2 < 1)) add(out, "beta2 must be in [0, 1)", got(c, "beta2"));
   require_nonneg_float(out, c, "adam_eps", c.adam_eps, true);

@@ -49,8 +49,8 @@ void check_meta(const SafetensorsFile& f, const Config& cfg) {
   if (meta(f, "format") != kCheckpointFormat)
     fail(f.path, ": not a training checkpoint (format '", meta(f, "format"), "')");
   if (meta(f, "format_version") != kCheckpointVersion)
-    fail(f.path, ": checkpoint format_version ", meta(f, "format_version"), " is not supported (this build reads ",
-         kCheckpointVersion, ")");
+    fail(f.path, ": checkpoint format_version ", meta(f, "format_version"),
+         " is not supported (this build reads ", kCheckpointVersion, ")");
   for (const char* key : {"seed", "teacher_seed"}) {
     const std::string want = config_value(cfg, key);
     if (meta(f, key) != want)
@@ -62,10 +62,14 @@ void check_meta(const SafetensorsFile& f, const Config& cfg) {
 // The tensor `name` of f as a private copy, checked against `shape` and f32.
 Tensor take(const SafetensorsFile& f, const std::string& name, const Shape& shape) {
   const Tensor* t = f.find(name);
-  if (!t) fail(f.path, ": missing tensor '", name, "' (expected ", shape_str(shape), " f32; does the config match the checkpoint?)");
+  if (!t)
+    fail(f.path, ": missing tensor '", name, "' (expected ", shape_str(shape),
+         " f32; does the config match the checkpoint?)");
   if (t->shape() != shape)
-    fail(f.path, ": tensor '", name, "' has shape ", shape_str(t->shape()), ", the config needs ", shape_str(shape));
-  if (t->dtype() != DType::f32) fail(f.path, ": tensor '", name, "' has dtype ", dtype_name(t->dtype()), ", expected f32");
+    fail(f.path, ": tensor '", name, "' has shape ", shape_str(t->shape()), ", the config needs ",
+         shape_str(shape));
+  if (t->dtype() != DType::f32)
+    fail(f.path, ": tensor '", name, "' has dtype ", dtype_name(t->dtype()), ", expected f32");
   return t->clone();
 }
 
@@ -143,7 +147,8 @@ TrainState load_checkpoint(const std::string& dir, const Config& cfg) {
       bool known = std::any_of(rs.begin(), rs.end(), [&](const Row& r) {
         return n == r.name || n == "opt.m." + r.name || n == "opt.v." + r.name;
       });
-      if (!known) fail(f.path, ": unexpected tensor '", n, "' (the config has num_layers=", cfg.num_layers, ")");
+      if (!known)
+        fail(f.path, ": unexpected tensor '", n, "' (the config has num_layers=", cfg.num_layers, ")");
     }
   }
   return st;

@@ -1,5 +1,6 @@
 #include "train/metrics.h"
 
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -22,7 +23,8 @@ std::string metrics_json_line(const StepMetrics& m) {
   j["dropped"] = m.dropped;
   j["collective_bytes"] = m.collective_bytes;
   nlohmann::ordered_json load = nlohmann::ordered_json::array();
-  for (size_t i = 0; i < m.load_max.size(); ++i) load.push_back({{"max", m.load_max[i]}, {"mean", m.load_mean[i]}});
+  for (size_t i = 0; i < m.load_max.size(); ++i)
+    load.push_back({{"max", m.load_max[i]}, {"mean", m.load_mean[i]}});
   j["load"] = load;
   return j.dump();
 }
@@ -44,6 +46,8 @@ std::string kept_lines(const std::string& path, int64_t keep_through) {
 
 MetricsWriter::MetricsWriter(const std::string& path, int64_t keep_through) : path_(path) {
   if (path.empty()) return;
+  const auto parent = std::filesystem::path(path).parent_path();
+  if (!parent.empty()) std::filesystem::create_directories(parent);
   write_file_atomic(path, keep_through > 0 ? kept_lines(path, keep_through) : std::string());
   f_ = std::fopen(path.c_str(), "a");
   if (!f_) fail("metrics_file ", path, ": cannot open for writing");

@@ -15,7 +15,7 @@ std::string metrics_json_line(const StepMetrics& m);
 class MetricsWriter {
  public:
   // Opens `path` for appending after keeping only its lines with step <=
-  // keep_through (0: truncate). An empty path writes nothing.
+  // keep_through (0: truncate), creating its directory. An empty path writes nothing.
   MetricsWriter(const std::string& path, int64_t keep_through);
   ~MetricsWriter();
   MetricsWriter(const MetricsWriter&) = delete;

@@ -74,7 +74,9 @@ std::vector<Param> parameters(const Config& cfg, Model& m) {
   std::vector<Param> out;
   for (size_t i = 0; i < m.blocks.size(); ++i) {
     const std::string prefix = "layers." + std::to_string(i) + ".";
-    m.blocks[i].moe.for_each(cfg, [&](const std::string& n, Tensor& t) { out.push_back({prefix + n, &t, true}); });
+    m.blocks[i].moe.for_each(cfg, [&](const std::string& n, Tensor& t) {
+      out.push_back({prefix + n, &t, true});
+    });
     out.push_back({prefix + "norm.scale", &m.blocks[i].norm_scale, false});
   }
   return out;
@@ -141,8 +143,8 @@ Tensor mse_grad(const Tensor& h, const Tensor& target, int64_t global_tokens, Lo
 
 // Top block down: g = dL/dh_i enters block i's MoE as dy and flows on through
 // the residual plus the RMSNorm's input gradient.
-void backward_blocks(const Config& cfg, const Model& m, std::vector<BlockCache>& caches, Tensor g, Model& grads,
-                     PhaseTimes& times) {
+void backward_blocks(const Config& cfg, const Model& m, std::vector<BlockCache>& caches, Tensor g,
+                     Model& grads, PhaseTimes& times) {
   for (size_t i = m.blocks.size(); i-- > 0;) {
     auto t0 = Clock::now();
     LayerGrads lg = layer_backward(cfg, *caches[i].moe, g);

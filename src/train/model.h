@@ -14,7 +14,7 @@
 namespace moe::train {
 
 struct Block {
-  LayerWeights moe;  // f32
+  LayerWeights moe;   // f32
   Tensor norm_scale;  // [D] f32
 };
 
@@ -48,17 +48,17 @@ struct PhaseTimes {
 
 // Per-layer routing statistics of one forward.
 struct LayerStats {
-  float lb = 0, z = 0;     // weighted aux losses
-  int64_t dropped = 0;     // slots dropped by capacity
-  double load_max = 0;     // most rows any expert got
-  double load_mean = 0;    // rows kept / E
+  float lb = 0, z = 0;   // weighted aux losses
+  int64_t dropped = 0;   // slots dropped by capacity
+  double load_max = 0;   // most rows any expert got
+  double load_mean = 0;  // rows kept / E
 };
 
 // Forward only (the teacher): x [T, D] f32 -> h_L [T, D] f32.
 Tensor model_forward(const Config& cfg, const Model& m, const Tensor& x);
 
 struct LossTerms {
-  double mse_sum = 0;  // sum of squared errors over this process's elements
+  double mse_sum = 0;    // sum of squared errors over this process's elements
   double lb = 0, z = 0;  // sums over layers of the weighted aux losses
   std::vector<LayerStats> layers;
 };

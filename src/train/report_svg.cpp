@@ -12,7 +12,8 @@ namespace moe::train {
 namespace {
 
 constexpr double kWidth = 900, kLeft = 90, kRight = 30, kPanelH = 280;
-const char* const kColors[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2"};
+const char* const kColors[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd",
+                               "#ff7f0e", "#17becf", "#8c564b", "#e377c2"};
 
 // A value axis: maps [lo, hi] (log10 space when log) onto a pixel range.
 struct Axis {
@@ -34,7 +35,8 @@ std::string fmt(double v) {
 
 std::string xml_escape(const std::string& s) {
   std::string o;
-  for (char c : s) o += c == '<' ? "&lt;" : c == '>' ? "&gt;" : c == '&' ? "&amp;" : c == '"' ? "&quot;" : std::string(1, c);
+  for (char c : s)
+    o += c == '<' ? "&lt;" : c == '>' ? "&gt;" : c == '&' ? "&amp;" : c == '"' ? "&quot;" : std::string(1, c);
   return o;
 }
 
@@ -59,19 +61,22 @@ std::vector<double> log_ticks(double lo, double hi) {
   return t;
 }
 
-void frame(std::ostream& o, const Axis& x, const Axis& y, const std::string& title, const std::string& ylabel) {
+void frame(std::ostream& o, const Axis& x, const Axis& y, const std::string& title,
+           const std::string& ylabel) {
   o << "<rect x='" << kLeft << "' y='" << y.px_hi << "' width='" << (x.px_hi - x.px_lo) << "' height='"
     << (y.px_lo - y.px_hi) << "' fill='none' stroke='#444'/>\n";
-  o << "<text x='" << kLeft << "' y='" << y.px_hi - 10 << "' font-size='15' font-weight='bold'>" << title << "</text>\n";
+  o << "<text x='" << kLeft << "' y='" << y.px_hi - 10 << "' font-size='15' font-weight='bold'>" << title
+    << "</text>\n";
   for (double v : y.log ? log_ticks(y.lo, y.hi) : linear_ticks(y.lo, y.hi))
     o << "<line x1='" << kLeft - 5 << "' x2='" << x.px_hi << "' y1='" << y(v) << "' y2='" << y(v)
-      << "' stroke='#ddd'/><text x='" << kLeft - 8 << "' y='" << y(v) + 4 << "' font-size='11' text-anchor='end'>"
-      << fmt(v) << "</text>\n";
+      << "' stroke='#ddd'/><text x='" << kLeft - 8 << "' y='" << y(v) + 4
+      << "' font-size='11' text-anchor='end'>" << fmt(v) << "</text>\n";
   for (double v : linear_ticks(x.lo, x.hi))
     o << "<line x1='" << x(v) << "' x2='" << x(v) << "' y1='" << y.px_lo << "' y2='" << y.px_lo + 5
-      << "' stroke='#444'/><text x='" << x(v) << "' y='" << y.px_lo + 18 << "' font-size='11' text-anchor='middle'>"
-      << fmt(v) << "</text>\n";
-  o << "<text x='" << (x.px_lo + x.px_hi) / 2 << "' y='" << y.px_lo + 36 << "' font-size='12' text-anchor='middle'>step</text>\n";
+      << "' stroke='#444'/><text x='" << x(v) << "' y='" << y.px_lo + 18
+      << "' font-size='11' text-anchor='middle'>" << fmt(v) << "</text>\n";
+  o << "<text x='" << (x.px_lo + x.px_hi) / 2 << "' y='" << y.px_lo + 36
+    << "' font-size='12' text-anchor='middle'>step</text>\n";
   o << "<text transform='translate(" << kLeft - 62 << "," << (y.px_lo + y.px_hi) / 2
     << ") rotate(-90)' font-size='12' text-anchor='middle'>" << ylabel << "</text>\n";
 }
@@ -79,7 +84,8 @@ void frame(std::ostream& o, const Axis& x, const Axis& y, const std::string& tit
 void polyline(std::ostream& o, const Axis& x, const Axis& y, const std::vector<double>& xs,
               const std::vector<double>& ys, const char* color) {
   o << "<polyline fill='none' stroke='" << color << "' stroke-width='1.5' points='";
-  for (size_t i = 0; i < xs.size(); ++i) o << (i ? " " : "") << fmt(x(xs[i])) << "," << fmt(y(std::isfinite(ys[i]) ? ys[i] : y.hi));
+  for (size_t i = 0; i < xs.size(); ++i)
+    o << (i ? " " : "") << fmt(x(xs[i])) << "," << fmt(y(std::isfinite(ys[i]) ? ys[i] : y.hi));
   o << "'/>\n";
 }
 
@@ -98,7 +104,8 @@ std::string render_report_svg(const MetricsSeries& s, const std::string& title) 
   const double height = 60 + 2 * (kPanelH + 70);
   std::ostringstream o;
   o << "<?xml version='1.0' encoding='UTF-8'?>\n<svg xmlns='http://www.w3.org/2000/svg' width='" << kWidth
-    << "' height='" << height << "' viewBox='0 0 " << kWidth << " " << height << "' font-family='sans-serif'>\n";
+    << "' height='" << height << "' viewBox='0 0 " << kWidth << " " << height
+    << "' font-family='sans-serif'>\n";
   o << "<rect width='100%' height='100%' fill='white'/>\n<text x='" << kLeft << "' y='24' font-size='16'>"
     << xml_escape(title) << "</text>\n";
   auto [s0, s1] = finite_range(s.step, false);
@@ -115,8 +122,8 @@ std::string render_report_svg(const MetricsSeries& s, const std::string& title) 
   for (size_t i = 0; i < s.balance.size(); ++i) {
     const char* color = kColors[i % 8];
     polyline(o, x, by, s.step, s.balance[i], color);
-    o << "<text x='" << x.px_hi - 70 << "' y='" << top + 16 + 15 * double(i) << "' font-size='12' fill='" << color
-      << "'>layer " << i << "</text>\n";
+    o << "<text x='" << x.px_hi - 70 << "' y='" << top + 16 + 15 * double(i) << "' font-size='12' fill='"
+      << color << "'>layer " << i << "</text>\n";
   }
   o << "</svg>\n";
   return o.str();

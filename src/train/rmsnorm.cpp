@@ -5,7 +5,8 @@
 namespace moe::train {
 namespace {
 void check(const Tensor& x, const Tensor& scale, const char* op) {
-  if (x.dtype() != DType::f32 || x.ndim() != 2) fail("[", op, "] x: expected [T, D] f32, got ", shape_str(x.shape()));
+  if (x.dtype() != DType::f32 || x.ndim() != 2)
+    fail("[", op, "] x: expected [T, D] f32, got ", shape_str(x.shape()));
   expect_shape(scale, {x.dim(1)}, std::string("[") + op + "] scale");
   if (scale.dtype() != DType::f32) fail("[", op, "] scale: expected f32");
 }

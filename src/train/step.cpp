@@ -70,8 +70,8 @@ StepMetrics train_step(const Config& cfg, TrainState& st, const Model& teacher, 
   m.tokens = global_tokens;
   fill_routing_metrics(l, m);
   if (!std::isfinite(m.loss) || !std::isfinite(m.grad_norm))
-    throw NonFiniteError("non-finite " + std::string(std::isfinite(m.loss) ? "gradient norm" : "loss") + " (" +
-                         std::to_string(std::isfinite(m.loss) ? m.grad_norm : m.loss) + ") at step " +
+    throw NonFiniteError("non-finite " + std::string(std::isfinite(m.loss) ? "gradient norm" : "loss") +
+                         " (" + std::to_string(std::isfinite(m.loss) ? m.grad_norm : m.loss) + ") at step " +
                          std::to_string(m.step));
   if (cfg.grad_clip > 0 && m.grad_norm > cfg.grad_clip) scale_grads(g, float(cfg.grad_clip / m.grad_norm));
   m.lr = learning_rate_at(cfg, st.step);

@@ -10,8 +10,8 @@ namespace moe::train {
 
 struct TrainState {
   Model params;
-  Model m;  // AdamW first moments, same names and shapes as params
-  Model v;  // AdamW second moments
+  Model m;           // AdamW first moments, same names and shapes as params
+  Model v;           // AdamW second moments
   int64_t step = 0;  // completed updates
 };
 

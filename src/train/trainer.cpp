@@ -1,5 +1,6 @@
 // The training loop: resume or start, step, record metrics, checkpoint,
 // summarize (include/moe/train.h).
+#include <algorithm>
 #include <chrono>
 
 #include "moe/train.h"
@@ -26,7 +27,8 @@ class Run {
  public:
   Run(const Config& cfg, const TrainOptions& opt) : cfg_(cfg), opt_(opt) {
     if (cfg.weight_dtype != DType::f32)
-      fail("weight_dtype=", dtype_name(cfg.weight_dtype), ": moe train keeps f32 master weights (set weight_dtype: f32)");
+      fail("weight_dtype=", dtype_name(cfg.weight_dtype),
+           ": moe train keeps f32 master weights (set weight_dtype: f32)");
     ckpt_dir_ = cfg.checkpoint_dir.empty() ? opt.resume_dir : cfg.checkpoint_dir;
     st_ = opt.resume_dir.empty() ? train::fresh_state(cfg) : train::load_checkpoint(opt.resume_dir, cfg);
     if (!opt.resume_dir.empty()) {
@@ -41,7 +43,8 @@ class Run {
     train::MetricsWriter metrics(cfg_.metrics_file, st_.step);
     TrainSummary s;
     s.first_step = st_.step + 1;
-    if (st_.step >= end_) say("already at step " + std::to_string(st_.step) + " of " + std::to_string(end_) + ": nothing to do");
+    if (st_.step >= end_)
+      say("already at step " + std::to_string(st_.step) + " of " + std::to_string(end_) + ": nothing to do");
     auto t0 = Clock::now();
     while (st_.step < end_) {
       StepMetrics m = one_step();
@@ -49,7 +52,8 @@ class Run {
       s.last_loss = m.loss;
       metrics.write(m);
       if (opt_.on_step) opt_.on_step(m);
-      if (!ckpt_dir_.empty() && cfg_.checkpoint_period > 0 && st_.step % cfg_.checkpoint_period == 0) checkpoint();
+      if (!ckpt_dir_.empty() && cfg_.checkpoint_period > 0 && st_.step % cfg_.checkpoint_period == 0)
+        checkpoint();
     }
     s.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
     if (!ckpt_dir_.empty() && saved_step_ != st_.step && st_.step > 0) checkpoint();
@@ -68,8 +72,9 @@ class Run {
     try {
       m = train::train_step(cfg_, st_, teacher_, x, cfg_.batch_tokens, sync_, tm);
     } catch (const NonFiniteError& e) {
-      throw NonFiniteError(std::string(e.what()) + "; training stopped, " +
-                           (last_ckpt_.empty() ? "no checkpoint was written" : "last good checkpoint: " + last_ckpt_));
+      throw NonFiniteError(
+          std::string(e.what()) + "; training stopped, " +
+          (last_ckpt_.empty() ? "no checkpoint was written" : "last good checkpoint: " + last_ckpt_));
     }
     m.total_steps = cfg_.steps;
     m.step_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
@@ -84,8 +89,9 @@ class Run {
   // Saves st_ unless a parameter is not finite (then stops: never write a bad checkpoint).
   void checkpoint() {
     if (!train::all_finite(train::parameters(cfg_, st_.params)))
-      throw NonFiniteError("non-finite parameters after step " + std::to_string(st_.step) + "; training stopped, " +
-                           (last_ckpt_.empty() ? "no checkpoint was written" : "last good checkpoint: " + last_ckpt_));
+      throw NonFiniteError(
+          "non-finite parameters after step " + std::to_string(st_.step) + "; training stopped, " +
+          (last_ckpt_.empty() ? "no checkpoint was written" : "last good checkpoint: " + last_ckpt_));
     last_ckpt_ = train::save_checkpoint(ckpt_dir_, cfg_, st_);
     saved_step_ = st_.step;
     say("checkpoint " + last_ckpt_);
@@ -94,10 +100,13 @@ class Run {
   void finish(TrainSummary& s) const {
     const train::PhaseTimes& t = totals_.times;
     s.tokens_per_s = s.seconds > 0 ? double(totals_.tokens) / s.seconds : 0;
-    s.gflops = s.seconds > 0 ? train_step_flops(cfg_) * double(s.last_step - s.first_step + 1) / s.seconds * 1e-9 : 0;
+    s.gflops = s.seconds > 0
+                   ? train_step_flops(cfg_) * double(s.last_step - s.first_step + 1) / s.seconds * 1e-9
+                   : 0;
     s.ms_data = t.data, s.ms_teacher = t.teacher, s.ms_norm = t.norm;
     s.ms_moe_forward = t.moe_forward, s.ms_moe_backward = t.moe_backward, s.ms_optimizer = t.optimizer;
-    s.ms_other = std::max(0.0, t.total - (t.data + t.teacher + t.norm + t.moe_forward + t.moe_backward + t.optimizer));
+    s.ms_other =
+        std::max(0.0, t.total - (t.data + t.teacher + t.norm + t.moe_forward + t.moe_backward + t.optimizer));
     s.load_balance = totals_.balance_count ? totals_.balance_sum / double(totals_.balance_count) : 0;
     s.last_checkpoint = last_ckpt_;
   }

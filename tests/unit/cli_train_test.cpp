@@ -42,8 +42,8 @@ TEST_F(CliTrain, ResumeThroughTheBinaryIsBitExact) {
 TEST_F(CliTrain, PrintsTheTableLogLinesAndSummary) {
   auto r = moe("train " + cfg() + " metrics_file=" + dir_.file("m.jsonl"));
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  for (const char* s : {"num_layers", "step 2/6", "step 6/6", "last/first", "GFLOP/s", "fraction of dense GEMM peak: n/a",
-                        "max/mean tokens per expert", "time split"})
+  for (const char* s : {"num_layers", "step 2/6", "step 6/6", "last/first", "GFLOP/s",
+                        "fraction of dense GEMM peak: n/a", "max/mean tokens per expert", "time split"})
     EXPECT_NE(r.out.find(s), std::string::npos) << s << "\n" << r.out;
   r = moe("report " + dir_.file("m.jsonl"));
   ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -63,8 +63,8 @@ TEST_F(CliTrain, EmbeddedDefaultConfigRuns) {
 }
 
 TEST_F(CliTrain, ErrorsAreNamedAndExitNonZero) {
-  auto r = moe("train " + cfg() + " learning_rate=1e30 warmup_steps=0 checkpoint_period=1 checkpoint_dir=" +
-               dir_.file("d"));
+  auto r = moe("train " + cfg() +
+               " learning_rate=1e30 warmup_steps=0 checkpoint_period=1 checkpoint_dir=" + dir_.file("d"));
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find("at step 2"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("last good checkpoint"), std::string::npos) << r.err;

@@ -1,6 +1,8 @@
 // moe train through the library: RMSNorm gradient, AdamW, schedule, the loss
 // falling, exact resume, checkpoint errors, the non-finite stop, metrics and
 // the report (include/moe/train.h, src/train/).
+#include "moe/train.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -8,7 +10,6 @@
 #include <nlohmann/json.hpp>
 
 #include "moe/safetensors.h"
-#include "moe/train.h"
 #include "testing/temp_dir.h"
 #include "testing/tensors.h"
 #include "train/checkpoint.h"
@@ -47,12 +48,14 @@ double numeric(Tensor& t, int64_t i, const std::function<double()>& f) {
 }
 
 TEST(RmsNorm, BackwardMatchesFiniteDifferences) {
-  Tensor x = testing::uniform({3, 7}, 1, -2, 2), s = testing::uniform({7}, 2, 0.5, 1.5), w = testing::uniform({3, 7}, 3);
+  Tensor x = testing::uniform({3, 7}, 1, -2, 2), s = testing::uniform({7}, 2, 0.5, 1.5),
+         w = testing::uniform({3, 7}, 3);
   auto fwd = train::rmsnorm_forward(x, s);
   auto g = train::rmsnorm_backward(x, s, fwd.inv_rms, w);
   auto f = [&] { return probe(x, s, w); };
   for (int64_t i = 0; i < x.numel(); ++i) EXPECT_NEAR(g.dx.get_f32(i), numeric(x, i, f), 2e-3) << "dx " << i;
-  for (int64_t i = 0; i < s.numel(); ++i) EXPECT_NEAR(g.dscale.get_f32(i), numeric(s, i, f), 2e-3) << "dscale " << i;
+  for (int64_t i = 0; i < s.numel(); ++i)
+    EXPECT_NEAR(g.dscale.get_f32(i), numeric(s, i, f), 2e-3) << "dscale " << i;
   // The forward itself: y = x / rms * scale.
   double ss = 0;
   for (int d = 0; d < 7; ++d) ss += double(x.get_f32(d)) * x.get_f32(d);
@@ -63,7 +66,7 @@ TEST(AdamW, TwoStepsMatchAHandComputation) {
   train::AdamWHyper h{0.1, 0.9, 0.999, 1e-8, 0.1};
   float p[2] = {1.0f, 1.0f}, m[2] = {0, 0}, v[2] = {0, 0};
   const float g1[2] = {0.5f, 0.5f}, g2[2] = {-0.25f, -0.25f};
-  train::adamw_update(p, g1, m, v, 1, 1, h, true);      // element 0: decayed
+  train::adamw_update(p, g1, m, v, 1, 1, h, true);               // element 0: decayed
   train::adamw_update(p + 1, g1, m + 1, v + 1, 1, 1, h, false);  // element 1: not
   // Step 1: m = 0.05, v = 2.5e-4, m^ = 0.5, v^ = 0.25: update 0.5 / (0.5 + 1e-8).
   EXPECT_NEAR(p[0], 1.0 - 0.1 * (0.5 / (0.5 + 1e-8)) - 0.1 * 0.1 * 1.0, 1e-6);
@@ -82,9 +85,9 @@ TEST(Schedule, WarmupThenCosineToTheFloor) {
   EXPECT_DOUBLE_EQ(train::learning_rate_at(c, 0), 0.5);
   EXPECT_DOUBLE_EQ(train::learning_rate_at(c, 1), 1.0);
   EXPECT_DOUBLE_EQ(train::learning_rate_at(c, 3), 2.0);
-  EXPECT_DOUBLE_EQ(train::learning_rate_at(c, 4), 2.0);            // cosine starts at the peak
+  EXPECT_DOUBLE_EQ(train::learning_rate_at(c, 4), 2.0);                      // cosine starts at the peak
   EXPECT_NEAR(train::learning_rate_at(c, 9), 2 * (0.1 + 0.9 * 0.5), 1e-12);  // halfway
-  EXPECT_NEAR(train::learning_rate_at(c, 14), 0.2, 1e-12);          // the floor
+  EXPECT_NEAR(train::learning_rate_at(c, 14), 0.2, 1e-12);                   // the floor
   Config flat = tiny({"warmup_steps=0", "steps=1", "min_lr_ratio=1"});
   EXPECT_DOUBLE_EQ(train::learning_rate_at(flat, 0), flat.learning_rate);
 }
@@ -120,7 +123,8 @@ std::vector<nlohmann::json> metrics_lines(const std::string& path) {
 TEST(Train, ResumeIsBitExact) {
   TempDir d;
   run_training(tiny({"checkpoint_dir=" + d.file("a"), "metrics_file=" + d.file("a.jsonl")}), {});
-  Config b = tiny({"checkpoint_dir=" + d.file("b"), "checkpoint_period=2", "metrics_file=" + d.file("b.jsonl")});
+  Config b =
+      tiny({"checkpoint_dir=" + d.file("b"), "checkpoint_period=2", "metrics_file=" + d.file("b.jsonl")});
   TrainOptions stop;
   stop.stop_at = 5;
   EXPECT_EQ(run_training(b, stop).last_step, 5);
@@ -129,7 +133,8 @@ TEST(Train, ResumeIsBitExact) {
   TrainSummary s = run_training(b, resume);
   EXPECT_EQ(s.first_step, 6);
   EXPECT_EQ(s.last_step, 10);
-  expect_same_tensors(d.file("a/") + train::checkpoint_file_name(10), d.file("b/") + train::checkpoint_file_name(10));
+  expect_same_tensors(d.file("a/") + train::checkpoint_file_name(10),
+                      d.file("b/") + train::checkpoint_file_name(10));
   auto la = metrics_lines(d.file("a.jsonl")), lb = metrics_lines(d.file("b.jsonl"));
   ASSERT_EQ(la.size(), 10u);
   ASSERT_EQ(lb.size(), 10u);
@@ -174,7 +179,8 @@ TEST(Checkpoint, MismatchedOrCorruptIsANamedError) {
   run_training(tiny({"steps=1", "checkpoint_dir=" + d.path()}), {});
   auto load = [&](const Config& c) { return [&, c] { train::load_checkpoint(d.path(), c); }; };
   std::string e = error_of(load(tiny({"emb_dim=32"})));
-  EXPECT_NE(e.find("layers.0.router.kernel' has shape [16, 4], the config needs [32, 4]"), std::string::npos) << e;
+  EXPECT_NE(e.find("layers.0.router.kernel' has shape [16, 4], the config needs [32, 4]"), std::string::npos)
+      << e;
   e = error_of(load(tiny({"num_layers=3"})));
   EXPECT_NE(e.find("missing tensor 'layers.2.router.kernel'"), std::string::npos) << e;
   e = error_of(load(tiny({"num_layers=1"})));
@@ -191,7 +197,8 @@ TEST(Checkpoint, MismatchedOrCorruptIsANamedError) {
 
 TEST(Train, NonFiniteLossStopsAndKeepsTheLastGoodCheckpoint) {
   TempDir d;
-  Config c = tiny({"learning_rate=1e30", "warmup_steps=0", "checkpoint_period=1", "checkpoint_dir=" + d.path()});
+  Config c =
+      tiny({"learning_rate=1e30", "warmup_steps=0", "checkpoint_period=1", "checkpoint_dir=" + d.path()});
   std::string e;
   try {
     run_training(c, {});
@@ -200,7 +207,8 @@ TEST(Train, NonFiniteLossStopsAndKeepsTheLastGoodCheckpoint) {
   }
   EXPECT_NE(e.find("non-finite"), std::string::npos) << e;
   EXPECT_NE(e.find("at step 2"), std::string::npos) << e;
-  EXPECT_NE(e.find("last good checkpoint: " + d.file(train::checkpoint_file_name(1))), std::string::npos) << e;
+  EXPECT_NE(e.find("last good checkpoint: " + d.file(train::checkpoint_file_name(1))), std::string::npos)
+      << e;
   EXPECT_EQ(testing::read_bytes(d.file("latest")), train::checkpoint_file_name(1) + "\n");
   EXPECT_EQ(train::load_checkpoint(d.path(), c).step, 1);  // loads: finite and whole
 }
@@ -210,15 +218,16 @@ TEST(Metrics, EveryLineHasTheRequiredFields) {
   run_training(tiny({"steps=3", "metrics_file=" + d.file("m.jsonl")}), {});
   auto lines = metrics_lines(d.file("m.jsonl"));
   ASSERT_EQ(lines.size(), 3u);
-  for (const char* k : {"step", "loss", "mse", "lb", "z", "lr", "grad_norm", "step_ms", "tokens", "tokens_per_s",
-                        "dropped", "collective_bytes", "load"})
+  for (const char* k : {"step", "loss", "mse", "lb", "z", "lr", "grad_norm", "step_ms", "tokens",
+                        "tokens_per_s", "dropped", "collective_bytes", "load"})
     EXPECT_TRUE(lines[2].contains(k)) << k;
   EXPECT_EQ(lines[2]["step"], 3);
   EXPECT_EQ(lines[2]["collective_bytes"], 0);
   ASSERT_EQ(lines[2]["load"].size(), 2u);
   EXPECT_DOUBLE_EQ(lines[2]["load"][0]["mean"].get<double>(), 64.0 * 2 / 4);
   EXPECT_NEAR(lines[0]["loss"].get<double>(),
-              lines[0]["mse"].get<double>() + lines[0]["lb"].get<double>() + lines[0]["z"].get<double>(), 1e-12);
+              lines[0]["mse"].get<double>() + lines[0]["lb"].get<double>() + lines[0]["z"].get<double>(),
+              1e-12);
 }
 
 TEST(Report, DrawsOnePointPerStepAndNamesBadLines) {
@@ -236,7 +245,8 @@ TEST(Report, DrawsOnePointPerStepAndNamesBadLines) {
   pts = pts.substr(0, pts.find('\''));
   EXPECT_EQ(std::count(pts.begin(), pts.end(), ','), 4);  // loss: one x,y pair per step
   size_t polylines = 0;
-  for (size_t p = svg.find("<polyline"); p != std::string::npos; p = svg.find("<polyline", p + 1)) ++polylines;
+  for (size_t p = svg.find("<polyline"); p != std::string::npos; p = svg.find("<polyline", p + 1))
+    ++polylines;
   EXPECT_EQ(polylines, 3u);  // loss + one per layer
   std::string e = error_of([&] { train::read_metrics(d.file("missing.jsonl")); });
   EXPECT_NE(e.find("missing.jsonl: cannot open"), std::string::npos) << e;

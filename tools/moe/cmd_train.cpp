@@ -33,8 +33,9 @@ void print_summary(const TrainSummary& s) {
               (long long)s.last_step, s.seconds);
   std::printf("  loss            first %.6e  last %.6e  last/first %.4f\n", s.first_loss, s.last_loss,
               s.first_loss > 0 ? s.last_loss / s.first_loss : 0.0);
-  std::printf("  throughput      %.0f tokens/s  %.3f GFLOP/s  fraction of dense GEMM peak: %s\n", s.tokens_per_s,
-              s.gflops, s.fraction_of_dense < 0 ? "n/a" : std::to_string(s.fraction_of_dense).c_str());
+  std::printf("  throughput      %.0f tokens/s  %.3f GFLOP/s  fraction of dense GEMM peak: %s\n",
+              s.tokens_per_s, s.gflops,
+              s.fraction_of_dense < 0 ? "n/a" : std::to_string(s.fraction_of_dense).c_str());
   const double total = s.ms_data + s.ms_teacher + s.ms_norm + s.ms_moe_forward + s.ms_moe_backward +
                        s.ms_optimizer + s.ms_other;
   auto pct = [&](double v) { return total > 0 ? 100.0 * v / total : 0.0; };
@@ -81,11 +82,16 @@ void add_train(CLI::App& app) {
       "Without CONFIG the embedded default config runs; key=value overrides apply either way.");
   c->add_option("CONFIG_AND_OVERRIDES", a->words, "[CONFIG.yaml] then key=value overrides");
   c->add_option("--resume", a->resume, "Continue from the latest checkpoint in DIR (bit-exact)");
-  c->add_option("--until", a->until,
-                "Stop after this step (checkpointing it) without changing the schedule, which `steps` defines");
+  c->add_option(
+      "--until", a->until,
+      "Stop after this step (checkpointing it) without changing the schedule, which `steps` defines");
   c->footer("Show the embedded default config: moe train --print-default-config");
   c->add_flag_callback(
-      "--print-default-config", [] { std::fputs(default_train_config(), stdout); throw CLI::Success(); },
+      "--print-default-config",
+      [] {
+        std::fputs(default_train_config(), stdout);
+        throw CLI::Success();
+      },
       "Print the embedded default config and exit");
   c->callback([a] { run_train(*a); });
 }

@@ -26,15 +26,16 @@ void Progress::update(const StepMetrics& m) {
   const double eta_s = ms_sum_ / double(steps_seen_) * double(m.total_steps - m.step) * 1e-3;
   if (tty_) {
     std::printf("\r%s %lld/%lld  loss %.4e  %.0f tok/s  ETA %s ", bar_text(m.step, m.total_steps, 30).c_str(),
-                (long long)m.step, (long long)m.total_steps, m.loss, m.tokens_per_s, clock_text(eta_s).c_str());
+                (long long)m.step, (long long)m.total_steps, m.loss, m.tokens_per_s,
+                clock_text(eta_s).c_str());
     std::fflush(stdout);
     drawn_ = true;
     return;
   }
   if (m.step % log_period_ != 0 && m.step != m.total_steps && steps_seen_ != 1) return;
   std::printf("step %lld/%lld  loss %.6e  mse %.6e  lb %.4e  lr %.3e  grad_norm %.3e  %.0f tok/s  ETA %s\n",
-              (long long)m.step, (long long)m.total_steps, m.loss, m.mse, m.lb, m.lr, m.grad_norm, m.tokens_per_s,
-              clock_text(eta_s).c_str());
+              (long long)m.step, (long long)m.total_steps, m.loss, m.mse, m.lb, m.lr, m.grad_norm,
+              m.tokens_per_s, clock_text(eta_s).c_str());
   std::fflush(stdout);
 }
 
