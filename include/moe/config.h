@@ -59,13 +59,18 @@ struct Config {
   int64_t batch_tokens = 256;  // tokens per step (global)
   double learning_rate = 1e-3;
   int64_t warmup_steps = 10;
+  double min_lr_ratio = 0.1;  // cosine decay ends at min_lr_ratio * learning_rate
+  double beta1 = 0.9;         // AdamW first-moment decay
+  double beta2 = 0.999;       // AdamW second-moment decay
+  double adam_eps = 1e-8;     // AdamW denominator epsilon
   double weight_decay = 0.01;
   double grad_clip = 1.0;  // global-norm clip; <= 0 disables
   int64_t seed = 0;
   int64_t teacher_seed = 1;
   std::string checkpoint_dir;  // "" = no checkpoints
   int64_t checkpoint_period = 0;
-  std::string metrics_file;  // "" = none
+  int64_t keep_checkpoints = 3;  // newest checkpoints kept in checkpoint_dir
+  std::string metrics_file;      // "" = none
   int64_t log_period = 10;
 };
 

@@ -114,6 +114,12 @@ void check_train(Problems& out, const Config& c) {
   require_nonneg_float(out, c, "learning_rate", c.learning_rate, true);
   require_int_at_least(out, c, "warmup_steps", c.warmup_steps, 0);
   require_nonneg_float(out, c, "weight_decay", c.weight_decay, false);
+  if (!(c.min_lr_ratio >= 0 && c.min_lr_ratio <= 1))
+    add(out, "min_lr_ratio must be in [0, 1]", got(c, "min_lr_ratio"));
+  if (!(c.beta1 >= 0 && c.beta1 < 1)) add(out, "beta1 must be in [0, 1)", got(c, "beta1"));
+  if (!(c.beta2 >= 0 && c.beta2 < 1)) add(out, "beta2 must be in [0, 1)", got(c, "beta2"));
+  require_nonneg_float(out, c, "adam_eps", c.adam_eps, true);
+  require_int_at_least(out, c, "keep_checkpoints", c.keep_checkpoints, 1);
   if (std::isnan(c.grad_clip)) add(out, "grad_clip must be a number", got(c, "grad_clip"));
   require_int_at_least(out, c, "checkpoint_period", c.checkpoint_period, 0);
   require_int_at_least(out, c, "log_period", c.log_period, 1);

@@ -9,11 +9,15 @@ namespace moe::cli {
 void add_init(CLI::App& app);
 void add_step(CLI::App& app);
 void add_validate(CLI::App& app);
+void add_train(CLI::App& app);
+void add_report(CLI::App& app);
 
 inline void register_all(CLI::App& app) {
   add_init(app);
   add_step(app);
   add_validate(app);
+  add_train(app);
+  add_report(app);
 }
 
 // Exit status set by a command that finished without throwing but must still

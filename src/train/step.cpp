@@ -1,0 +1,93 @@
+#include "train/step.h"
+
+#include <chrono>
+#include <cmath>
+
+#include "train/counter_rng.h"
+#include "train/optimizer.h"
+
+namespace moe::train {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+constexpr uint64_t kDataStream = 0x64617461ull;  // "data"
+
+void sync_grads(GradientSync& sync, const std::vector<Param>& grads) {
+  for (const Param& g : grads) sync.sum(g.tensor->data<float>(), g.tensor->numel());
+}
+
+void fill_routing_metrics(const LossTerms& l, StepMetrics& m) {
+  for (const LayerStats& s : l.layers) {
+    m.load_max.push_back(s.load_max);
+    m.load_mean.push_back(s.load_mean);
+    m.dropped += s.dropped;
+  }
+}
+
+void apply_adamw(const Config& cfg, TrainState& st, const std::vector<Param>& grads, double lr) {
+  AdamWHyper h{lr, cfg.beta1, cfg.beta2, cfg.adam_eps, cfg.weight_decay};
+  auto p = parameters(cfg, st.params), m = parameters(cfg, st.m), v = parameters(cfg, st.v);
+  for (size_t i = 0; i < p.size(); ++i)
+    adamw_update(p[i].tensor->data<float>(), grads[i].tensor->data<float>(), m[i].tensor->data<float>(),
+                 v[i].tensor->data<float>(), p[i].tensor->numel(), st.step + 1, h, p[i].decay);
+}
+
+}  // namespace
+
+Tensor batch_inputs(const Config& cfg, int64_t step, int64_t token_begin, int64_t token_end) {
+  MOE_ASSERT(0 <= token_begin && token_begin <= token_end, "batch_inputs: bad token range");
+  const int64_t D = cfg.emb_dim;
+  Tensor x = Tensor::empty(DType::f32, {token_end - token_begin, D});
+  const uint64_t key = stream_key(uint64_t(cfg.seed), kDataStream, uint64_t(step));
+  float* p = x.data<float>();
+  for (int64_t i = 0; i < x.numel(); ++i) p[i] = counter_normal(key, uint64_t(token_begin * D + i));
+  return x;
+}
+
+StepMetrics train_step(const Config& cfg, TrainState& st, const Model& teacher, const Tensor& x,
+                       int64_t global_tokens, GradientSync& sync, PhaseTimes& times) {
+  auto t0 = Clock::now();
+  const Tensor target = model_forward(cfg, teacher, x);
+  times.teacher += ms_since(t0);
+  Model grads = zeros_like(cfg, st.params);
+  LossTerms l = loss_and_grads(cfg, st.params, x, target, global_tokens, grads, times);
+  auto t1 = Clock::now();
+  std::vector<Param> g = parameters(cfg, grads);
+  sync_grads(sync, g);
+  double sums[1] = {l.mse_sum};  // aux losses already use global statistics
+  sync.sum(sums, 1);
+  StepMetrics m;
+  m.step = st.step + 1;
+  m.mse = sums[0] / (double(global_tokens) * double(cfg.emb_dim));
+  m.lb = l.lb;
+  m.z = l.z;
+  m.loss = m.mse + m.lb + m.z;
+  m.grad_norm = global_norm(g);
+  m.tokens = global_tokens;
+  fill_routing_metrics(l, m);
+  if (!std::isfinite(m.loss) || !std::isfinite(m.grad_norm))
+    throw NonFiniteError("non-finite " + std::string(std::isfinite(m.loss) ? "gradient norm" : "loss") +
+                         " (" + std::to_string(std::isfinite(m.loss) ? m.grad_norm : m.loss) + ") at step " +
+                         std::to_string(m.step));
+  if (cfg.grad_clip > 0 && m.grad_norm > cfg.grad_clip) scale_grads(g, float(cfg.grad_clip / m.grad_norm));
+  m.lr = learning_rate_at(cfg, st.step);
+  apply_adamw(cfg, st, g, m.lr);
+  st.step += 1;
+  m.collective_bytes = sync.bytes_moved();
+  times.optimizer += ms_since(t1);
+  return m;
+}
+
+TrainState fresh_state(const Config& cfg) {
+  TrainState st;
+  st.params = init_model(cfg, uint64_t(cfg.seed));
+  st.m = zeros_like(cfg, st.params);
+  st.v = zeros_like(cfg, st.params);
+  return st;
+}
+
+}  // namespace moe::train

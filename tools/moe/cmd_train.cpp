@@ -1,0 +1,99 @@
+// moe train [CONFIG] [key=value ...] [--resume DIR] [--until STEP]
+// The main job (SPEC.md §7): trains the MoE stack on the teacher-student task
+// (include/moe/train.h, docs/training.md). Without CONFIG the embedded default
+// config is used; overrides apply on top of either.
+#include <unistd.h>
+
+#include <cstdio>
+
+#include "commands.h"
+#include "moe/config.h"
+#include "moe/train.h"
+#include "progress.h"
+
+namespace moe::cli {
+namespace {
+
+struct TrainArgs {
+  std::vector<std::string> words;  // [CONFIG] then key=value overrides
+  std::string resume;
+  int64_t until = -1;
+};
+
+LoadedConfig resolve(const std::vector<std::string>& words) {
+  const bool has_file = !words.empty() && words[0].find('=') == std::string::npos;
+  std::vector<std::string> overrides(words.begin() + (has_file ? 1 : 0), words.end());
+  if (has_file) return load_config(words[0], overrides);
+  return parse_config(default_train_config(), "<embedded default>", overrides);
+}
+
+void print_summary(const TrainSummary& s) {
+  const int64_t n = s.last_step - s.first_step + 1;
+  std::printf("\nsummary (%lld steps, %lld..%lld, %.2f s)\n", (long long)n, (long long)s.first_step,
+              (long long)s.last_step, s.seconds);
+  std::printf("  loss            first %.6e  last %.6e  last/first %.4f\n", s.first_loss, s.last_loss,
+              s.first_loss > 0 ? s.last_loss / s.first_loss : 0.0);
+  std::printf("  throughput      %.0f tokens/s  %.3f GFLOP/s  fraction of dense GEMM peak: %s\n",
+              s.tokens_per_s, s.gflops,
+              s.fraction_of_dense < 0 ? "n/a" : std::to_string(s.fraction_of_dense).c_str());
+  const double total = s.ms_data + s.ms_teacher + s.ms_norm + s.ms_moe_forward + s.ms_moe_backward +
+                       s.ms_optimizer + s.ms_other;
+  auto pct = [&](double v) { return total > 0 ? 100.0 * v / total : 0.0; };
+  std::printf(
+      "  time split      moe fwd %.1f%%  moe bwd %.1f%%  teacher %.1f%%  norm %.1f%%  optimizer %.1f%%  data "
+      "%.1f%%  other %.1f%%\n",
+      pct(s.ms_moe_forward), pct(s.ms_moe_backward), pct(s.ms_teacher), pct(s.ms_norm), pct(s.ms_optimizer),
+      pct(s.ms_data), pct(s.ms_other));
+  std::printf("  expert load     max/mean tokens per expert %.3f (averaged over steps and layers)\n",
+              s.load_balance);
+  if (!s.last_checkpoint.empty()) std::printf("  checkpoint      %s\n", s.last_checkpoint.c_str());
+}
+
+void run_train(const TrainArgs& a) {
+  LoadedConfig loaded = resolve(a.words);
+  std::fputs(format_config_table(loaded.table).c_str(), stdout);
+  Progress progress(::isatty(STDOUT_FILENO) != 0, loaded.config.log_period);
+  TrainOptions opt;
+  opt.resume_dir = a.resume;
+  opt.stop_at = a.until;
+  opt.on_step = [&](const StepMetrics& m) { progress.update(m); };
+  opt.log = [&](const std::string& line) {
+    progress.finish();
+    std::printf("%s\n", line.c_str());
+  };
+  try {
+    TrainSummary s = run_training(loaded.config, opt);
+    progress.finish();
+    if (s.last_step >= s.first_step) print_summary(s);
+  } catch (...) {
+    progress.finish();
+    std::fflush(stdout);
+    throw;
+  }
+}
+
+}  // namespace
+
+void add_train(CLI::App& app) {
+  auto a = std::make_shared<TrainArgs>();
+  CLI::App* c = app.add_subcommand(
+      "train",
+      "The main job: train a stack of MoE blocks on a teacher-student task (docs/training.md).\n"
+      "Without CONFIG the embedded default config runs; key=value overrides apply either way.");
+  c->add_option("CONFIG_AND_OVERRIDES", a->words, "[CONFIG.yaml] then key=value overrides");
+  c->add_option("--resume", a->resume, "Continue from the latest checkpoint in DIR (bit-exact)");
+  c->add_option(
+      "--until", a->until,
+      "Stop after this step (checkpointing it) without changing the schedule, which `steps` defines");
+  c->footer("Show the embedded default config: moe train --print-default-config");
+  c->add_flag_callback(
+      "--print-default-config",
+      [] {
+        std::fputs(default_train_config(), stdout);
+        throw CLI::Success();
+      },
+      "Print the embedded default config and exit");
+  c->callback([a] { run_train(*a); });
+}
+
+}  // namespace moe::cli
