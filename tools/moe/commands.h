@@ -6,11 +6,13 @@
 
 namespace moe::cli {
 
+void add_convert(CLI::App& app);
 void add_init(CLI::App& app);
 void add_step(CLI::App& app);
 void add_validate(CLI::App& app);
 
 inline void register_all(CLI::App& app) {
+  add_convert(app);
   add_init(app);
   add_step(app);
   add_validate(app);
