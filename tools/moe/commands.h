@@ -6,12 +6,14 @@
 
 namespace moe::cli {
 
+void add_bench(CLI::App& app);
 void add_convert(CLI::App& app);
 void add_init(CLI::App& app);
 void add_step(CLI::App& app);
 void add_validate(CLI::App& app);
 
 inline void register_all(CLI::App& app) {
+  add_bench(app);
   add_convert(app);
   add_init(app);
   add_step(app);
