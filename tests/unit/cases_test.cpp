@@ -122,7 +122,9 @@ TEST_P(SmallCase, VariantsMatchTheirBaselinesBitExact) {
     done.emplace_back(v, std::move(r));
   }
   EXPECT_EQ(done.size(), c.split_capable() ? 4u : 2u);
-  if (c.capacity_factor > 0) EXPECT_GT(done[0].second.out.dropped, 0) << c.name;
+  if (c.capacity_factor > 0) {
+    EXPECT_GT(done[0].second.out.dropped, 0) << c.name;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Registry, SmallCase,
