@@ -30,14 +30,16 @@ Case test_problem(std::string name, uint64_t seed, int64_t T, int64_t K, int64_t
 
 std::vector<Case> make_cases() {
   std::vector<Case> v;
-  v.push_back(bench_case("seed-mixtral", "the seeds' Mixtral-8x7B micro-bench layer (D 4096, mlp 1024)", 2048, 4096,
-                         1024, 8, 2));
-  v.push_back(bench_case("many-experts", "128 small experts, top-8 (Qwen3-MoE-like)", 2048, 1024, 512, 128, 8));
+  v.push_back(bench_case("seed-mixtral", "the seeds' Mixtral-8x7B micro-bench layer (D 4096, mlp 1024)", 2048,
+                         4096, 1024, 8, 2));
+  v.push_back(
+      bench_case("many-experts", "128 small experts, top-8 (Qwen3-MoE-like)", 2048, 1024, 512, 128, 8));
   Case gemma = bench_case("gemma-like", "Gemma4-26B-A4B expert shapes (gelu)", 2048, 2816, 704, 128, 8);
   gemma.activation = Activation::gelu;
   v.push_back(gemma);
-  Case skewed = bench_case("skewed", "forced routing, p(g) ∝ exp(-g): a few experts take most rows, most are empty",
-                           2048, 1024, 512, 64, 4);
+  Case skewed =
+      bench_case("skewed", "forced routing, p(g) ∝ exp(-g): a few experts take most rows, most are empty",
+                 2048, 1024, 512, 64, 4);
   skewed.routing = RoutingKind::forced;
   skewed.skew = 1.0;
   v.push_back(skewed);
@@ -51,8 +53,8 @@ std::vector<Case> make_cases() {
   v.push_back(k6);
   v.push_back(test_problem("k2", 5, 64, 2, 5, 32, 0.0));
   v.push_back(test_problem("tiny_ranges", 8, 64, 2, 128, 32, 0.0));
-  Case cap = bench_case("capacity_dropping", "router routing with capacity_factor 0.75 (slots dropped)", 48, 32, 16,
-                        8, 3);
+  Case cap = bench_case("capacity_dropping", "router routing with capacity_factor 0.75 (slots dropped)", 48,
+                        32, 16, 8, 3);
   cap.capacity_factor = 0.75;
   cap.seed = 6;
   cap.test_problem = true;
@@ -161,7 +163,8 @@ Tensor skewed_routing(int64_t T, int64_t K, int64_t E, double skew, uint64_t see
   std::vector<int32_t> ids(static_cast<size_t>(E));
   for (int64_t t = 0; t < T; ++t) {
     // log p(g) + Gumbel noise; the K largest keys are a sample without replacement from p.
-    for (int64_t g = 0; g < E; ++g) key[size_t(g)] = -skew * double(g) - std::log(-std::log(open_uniform(rng)));
+    for (int64_t g = 0; g < E; ++g)
+      key[size_t(g)] = -skew * double(g) - std::log(-std::log(open_uniform(rng)));
     std::iota(ids.begin(), ids.end(), 0);
     std::partial_sort(ids.begin(), ids.begin() + K, ids.end(),
                       [&](int32_t a, int32_t b) { return key[size_t(a)] > key[size_t(b)]; });

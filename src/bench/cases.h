@@ -55,7 +55,7 @@ Config case_config(const Case& c, DType dtype);
 // tests every weight gradient): fused kernels add in the reference's order
 // (SPEC.md §4) and the split layout is a reshape (SPEC.md §5).
 struct Variant {
-  std::string name;       // "reference", "fused", "prefused-reference", "split"
+  std::string name;  // "reference", "fused", "prefused-reference", "split"
   KernelChoice kernels = KernelChoice::fused;
   bool prefused = false;  // one wi [E, D, 2F]
   bool split = false;     // wi stored [2, E, D/2, 2F], two chained grouped GEMMs

@@ -40,7 +40,8 @@ struct PassTimes {
   int64_t fwd_peak = 0, fwd_bwd_peak = 0;  // bytes above what was live before the pass
 };
 
-PassTimes time_variant(const Config& cfg, const LayerWeights& w, const CaseInputs& in, int warmup, int iters) {
+PassTimes time_variant(const Config& cfg, const LayerWeights& w, const CaseInputs& in, int warmup,
+                       int iters) {
   for (int i = 0; i < warmup; ++i) run_step(cfg, w, in);
   PassTimes p;
   for (int i = 0; i < iters; ++i) {
@@ -99,7 +100,8 @@ void measure_bandwidth(CaseRun& run, const Tensor& topk_idx) {
   const Case& c = run.c;
   Routing rt = compute_routing(topk_idx.data<int32_t>(), c.T, c.K, c.E,
                                expert_capacity(c.T, c.K, c.E, c.capacity_factor));
-  run.bw = measure_kernel_bandwidth(c, run.opts.dtype, run.in.x.to(run.opts.dtype), rt, std::max(run.opts.iters, 3));
+  run.bw = measure_kernel_bandwidth(c, run.opts.dtype, run.in.x.to(run.opts.dtype), rt,
+                                    std::max(run.opts.iters, 3));
   run.bw_measured = true;
 }
 
@@ -131,7 +133,8 @@ void run_variant(CaseRun& run, const Variant& v, std::vector<BenchResult>& rows,
 
 }  // namespace
 
-std::vector<BenchResult> run_bench(const BenchOptions& opts, const std::function<void(const BenchResult&)>& on_result) {
+std::vector<BenchResult> run_bench(const BenchOptions& opts,
+                                   const std::function<void(const BenchResult&)>& on_result) {
   if (opts.iters < 1) fail("--iters must be at least 1, got ", opts.iters);
   if (opts.warmup < 0) fail("--warmup must be at least 0, got ", opts.warmup);
   if (opts.dtype != DType::bf16 && opts.dtype != DType::f32)

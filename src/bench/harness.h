@@ -24,8 +24,8 @@ struct BenchOptions {
 // One row of the report: a (case, variant, dtype, pass) combination.
 struct BenchResult {
   std::string case_name, variant, dtype;
-  std::string pass;   // "fwd" | "fwd+bwd"
-  std::string check;  // "PASS" | "FAIL" (vs the baseline variant) | "ref" (a baseline itself)
+  std::string pass;          // "fwd" | "fwd+bwd"
+  std::string check;         // "PASS" | "FAIL" (vs the baseline variant) | "ref" (a baseline itself)
   std::string check_detail;  // what differed, when FAIL
   int64_t T = 0, D = 0, F = 0, E = 0, K = 0;
   int iters = 0;

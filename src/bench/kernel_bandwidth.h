@@ -15,6 +15,7 @@ struct KernelBandwidth {
 };
 
 // x: [T, D] in `dtype`; rt: the case's routing. Each kernel: one warm-up, then `iters` timed runs.
-KernelBandwidth measure_kernel_bandwidth(const Case& c, DType dtype, const Tensor& x, const Routing& rt, int iters);
+KernelBandwidth measure_kernel_bandwidth(const Case& c, DType dtype, const Tensor& x, const Routing& rt,
+                                         int iters);
 
 }  // namespace moe::bench

@@ -11,8 +11,9 @@ constexpr const char* kRowFormat = "%-18s %-9s %-5s %-8s %-5s %10s %10s %10s %9s
 
 std::string format_table_header() {
   char buf[512];
-  std::snprintf(buf, sizeof buf, kRowFormat, "case", "variant", "dtype", "pass", "check", "median_ms", "min_ms",
-                "max_ms", "GFLOP/s", "dense", "frac", "alloc_MiB", "rss_MiB", "perm_GB/s", "comb_GB/s");
+  std::snprintf(buf, sizeof buf, kRowFormat, "case", "variant", "dtype", "pass", "check", "median_ms",
+                "min_ms", "max_ms", "GFLOP/s", "dense", "frac", "alloc_MiB", "rss_MiB", "perm_GB/s",
+                "comb_GB/s");
   return buf;
 }
 
@@ -23,10 +24,11 @@ std::string format_table_row(const BenchResult& r) {
     return std::string(b);
   };
   char buf[512];
-  std::snprintf(buf, sizeof buf, kRowFormat, r.case_name.c_str(), r.variant.c_str(), r.dtype.c_str(), r.pass.c_str(),
-                r.check.c_str(), num(r.median_ms, 3).c_str(), num(r.min_ms, 3).c_str(), num(r.max_ms, 3).c_str(),
-                num(r.gflops, 2).c_str(), num(r.dense_gflops, 2).c_str(), num(r.fraction_of_dense, 2).c_str(),
-                num(r.peak_alloc_mib, 1).c_str(), num(r.peak_rss_mib, 0).c_str(), num(r.permute_gbps, 2).c_str(),
+  std::snprintf(buf, sizeof buf, kRowFormat, r.case_name.c_str(), r.variant.c_str(), r.dtype.c_str(),
+                r.pass.c_str(), r.check.c_str(), num(r.median_ms, 3).c_str(), num(r.min_ms, 3).c_str(),
+                num(r.max_ms, 3).c_str(), num(r.gflops, 2).c_str(), num(r.dense_gflops, 2).c_str(),
+                num(r.fraction_of_dense, 2).c_str(), num(r.peak_alloc_mib, 1).c_str(),
+                num(r.peak_rss_mib, 0).c_str(), num(r.permute_gbps, 2).c_str(),
                 num(r.combine_gbps, 2).c_str());
   std::string s = buf;
   if (!r.check_detail.empty()) s += "  FAIL: " + r.check_detail + "\n";

@@ -9,10 +9,11 @@ Shape split_shape(const SafetensorsFile& f, const std::string& name, const Shape
     fail(f.path, ": tensor '", name, "' has shape ", shape_str(s),
          ", which is already the split layout [2, E, D/2, 2F] (nothing to do for --to split)");
   if (s.size() != 3)
-    fail(f.path, ": tensor '", name, "' has shape ", shape_str(s), ", expected the prefused layout [E, D, 2F]");
+    fail(f.path, ": tensor '", name, "' has shape ", shape_str(s),
+         ", expected the prefused layout [E, D, 2F]");
   if (s[0] % 2 != 0)
-    fail(f.path, ": tensor '", name, "' has an odd number of experts E = ", s[0],
-         " (shape ", shape_str(s), "); the split layout needs an even E");
+    fail(f.path, ": tensor '", name, "' has an odd number of experts E = ", s[0], " (shape ", shape_str(s),
+         "); the split layout needs an even E");
   if (s[1] % 2 != 0)
     fail(f.path, ": tensor '", name, "' has an odd emb_dim D = ", s[1], " (shape ", shape_str(s),
          "); the split layout needs an even D");
@@ -25,7 +26,8 @@ Shape fused_shape(const SafetensorsFile& f, const std::string& name, const Shape
     fail(f.path, ": tensor '", name, "' has shape ", shape_str(s),
          ", which is already the prefused layout [E, D, 2F] (nothing to do for --to fused)");
   if (s.size() != 4 || s[0] != 2)
-    fail(f.path, ": tensor '", name, "' has shape ", shape_str(s), ", expected the split layout [2, E, D/2, 2F]");
+    fail(f.path, ": tensor '", name, "' has shape ", shape_str(s),
+         ", expected the split layout [2, E, D/2, 2F]");
   return {s[1], 2 * s[2], s[3]};
 }
 
@@ -38,7 +40,8 @@ bool is_wi_tensor_name(std::string_view name) {
   return name == "experts.wi" || (name.size() > kSuffix.size() && name.ends_with(kSuffix));
 }
 
-SafetensorsFile convert_wi_layout(const SafetensorsFile& in, WiLayout to, std::vector<std::string>* converted) {
+SafetensorsFile convert_wi_layout(const SafetensorsFile& in, WiLayout to,
+                                  std::vector<std::string>* converted) {
   SafetensorsFile out;
   out.path = in.path;
   out.metadata = in.metadata;
@@ -54,13 +57,14 @@ SafetensorsFile convert_wi_layout(const SafetensorsFile& in, WiLayout to, std::v
     names.push_back(name);
   }
   if (names.empty())
-    fail(in.path, ": nothing to convert: no tensor named 'experts.wi' or '*.experts.wi' (",
-         in.tensors.size(), " tensors; separate wi_0/wi_1 weights have no split layout)");
+    fail(in.path, ": nothing to convert: no tensor named 'experts.wi' or '*.experts.wi' (", in.tensors.size(),
+         " tensors; separate wi_0/wi_1 weights have no split layout)");
   if (converted) *converted = std::move(names);
   return out;
 }
 
-std::vector<std::string> convert_wi_file(const std::string& in_path, const std::string& out_path, WiLayout to) {
+std::vector<std::string> convert_wi_file(const std::string& in_path, const std::string& out_path,
+                                         WiLayout to) {
   SafetensorsFile in = read_safetensors(in_path);
   std::vector<std::string> names;
   SafetensorsFile out = convert_wi_layout(in, to, &names);

@@ -29,10 +29,12 @@ bool is_wi_tensor_name(std::string_view name);
 // wrong rank for the direction (already converted), an odd E or D (to split),
 // or when there is no wi tensor at all.
 // `converted` (optional) receives the names converted, in file order.
-SafetensorsFile convert_wi_layout(const SafetensorsFile& in, WiLayout to, std::vector<std::string>* converted = nullptr);
+SafetensorsFile convert_wi_layout(const SafetensorsFile& in, WiLayout to,
+                                  std::vector<std::string>* converted = nullptr);
 
 // Reads `in_path`, converts, writes `out_path` atomically (it may equal
 // in_path). Returns the names converted.
-std::vector<std::string> convert_wi_file(const std::string& in_path, const std::string& out_path, WiLayout to);
+std::vector<std::string> convert_wi_file(const std::string& in_path, const std::string& out_path,
+                                         WiLayout to);
 
 }  // namespace moe

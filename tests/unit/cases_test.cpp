@@ -1,11 +1,12 @@
 // The case registry (src/bench/cases.h) and the bit-exactness of every kernel
 // and layout variant on every small case: the same registry `moe bench` runs.
+#include "bench/cases.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <set>
 
-#include "bench/cases.h"
 #include "moe/layer.h"
 
 namespace moe {
@@ -19,12 +20,13 @@ TEST(Cases, RegistryHasTheNamedShapes) {
   const Case& m = bench::find_case("seed-mixtral");
   EXPECT_EQ((std::vector<int64_t>{m.T, m.D, m.F, m.E, m.K}), (std::vector<int64_t>{2048, 4096, 1024, 8, 2}));
   const Case& me = bench::find_case("many-experts");
-  EXPECT_EQ((std::vector<int64_t>{me.T, me.D, me.F, me.E, me.K}), (std::vector<int64_t>{2048, 1024, 512, 128, 8}));
+  EXPECT_EQ((std::vector<int64_t>{me.T, me.D, me.F, me.E, me.K}),
+            (std::vector<int64_t>{2048, 1024, 512, 128, 8}));
   const Case& g = bench::find_case("gemma-like");
   EXPECT_EQ((std::vector<int64_t>{g.T, g.D, g.F, g.E, g.K}), (std::vector<int64_t>{2048, 2816, 704, 128, 8}));
   EXPECT_EQ(g.activation, Activation::gelu);
-  for (const char* n : {"skewed", "tiny", "base", "many_experts", "odd_groups", "skewed_long_ranges", "k6", "k2",
-                        "tiny_ranges"})
+  for (const char* n : {"skewed", "tiny", "base", "many_experts", "odd_groups", "skewed_long_ranges", "k6",
+                        "k2", "tiny_ranges"})
     EXPECT_NO_THROW(bench::find_case(n)) << n;
   for (const Case& c : bench::bench_cases()) EXPECT_FALSE(c.test_problem) << c.name;
   for (const Case& c : bench::small_cases()) EXPECT_LE(c.rows() * c.D * c.F, 1 << 21) << c.name;
@@ -50,7 +52,8 @@ TEST(Cases, FlopAndByteCounts) {
 TEST(Cases, ForcedRoutingIsDistinctAndDeterministic) {
   for (const Case& c : bench::small_cases()) {
     if (c.routing != bench::RoutingKind::forced) continue;
-    bench::CaseInputs a = bench::case_inputs(c, 7), b = bench::case_inputs(c, 7), d = bench::case_inputs(c, 8);
+    bench::CaseInputs a = bench::case_inputs(c, 7), b = bench::case_inputs(c, 7),
+                      d = bench::case_inputs(c, 8);
     ASSERT_EQ(a.topk_idx.shape(), (Shape{c.T, c.K})) << c.name;
     EXPECT_TRUE(a.topk_idx.bit_equal(b.topk_idx) && a.x.bit_equal(b.x) && a.dy.bit_equal(b.dy)) << c.name;
     EXPECT_FALSE(a.x.bit_equal(d.x)) << c.name;
@@ -72,7 +75,7 @@ TEST(Cases, SkewedRoutingConcentratesRows) {
   std::sort(count.rbegin(), count.rend());
   int64_t top = 0;
   for (int64_t e = 0; e < c.E / 8; ++e) top += count[size_t(e)];
-  EXPECT_GE(double(top), 0.8 * double(c.rows()));   // the busiest 1/8 of experts take >= 80% of rows
+  EXPECT_GE(double(top), 0.8 * double(c.rows()));  // the busiest 1/8 of experts take >= 80% of rows
   EXPECT_GE(std::count(count.begin(), count.end(), 0), c.E / 2);  // at least half the experts empty
 }
 
@@ -118,7 +121,8 @@ TEST_P(SmallCase, VariantsMatchTheirBaselinesBitExact) {
     StepResult r = run_variant(c, dt, v, in);
     for (const auto& [base, br] : done)
       if (base.name == v.baseline)
-        expect_bit_equal(bench::variant_config(c, dt, base), br, r, c.name + " " + v.name + " vs " + base.name);
+        expect_bit_equal(bench::variant_config(c, dt, base), br, r,
+                         c.name + " " + v.name + " vs " + base.name);
     done.emplace_back(v, std::move(r));
   }
   EXPECT_EQ(done.size(), c.split_capable() ? 4u : 2u);
@@ -131,7 +135,8 @@ INSTANTIATE_TEST_SUITE_P(Registry, SmallCase,
                          ::testing::Combine(::testing::ValuesIn(bench::small_cases()),
                                             ::testing::Values(DType::bf16, DType::f32)),
                          [](const auto& info) {
-                           std::string n = std::get<0>(info.param).name + "_" + dtype_name(std::get<1>(info.param));
+                           std::string n =
+                               std::get<0>(info.param).name + "_" + dtype_name(std::get<1>(info.param));
                            std::replace(n.begin(), n.end(), '-', '_');
                            return n;
                          });

@@ -1,10 +1,11 @@
 // `moe convert` (SPEC.md §5): prefused wi [E, D, 2F] <-> split [2, E, D/2, 2F],
 // bit-exact both ways, and a converted file runs the layer to the same bits.
+#include "io/convert.h"
+
 #include <gtest/gtest.h>
 
 #include <filesystem>
 
-#include "io/convert.h"
 #include "moe/layer.h"
 #include "moe/safetensors.h"
 #include "testing/cli_runner.h"
@@ -33,7 +34,8 @@ TEST(Convert, RoundTripIsBitExact) {
   auto orig = checkpoint_tensors();
   write_safetensors(dir.file("w.st"), orig, {{"format", "test"}});
   auto names = convert_wi_file(dir.file("w.st"), dir.file("s.st"), WiLayout::split);
-  EXPECT_EQ(names, (std::vector<std::string>{"layers.0.experts.wi", "layers.1.experts.wi", "opt.m.layers.0.experts.wi"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"layers.0.experts.wi", "layers.1.experts.wi",
+                                             "opt.m.layers.0.experts.wi"}));
   SafetensorsFile split = read_safetensors(dir.file("s.st"));
   EXPECT_EQ(split.metadata.at("moe.wi_layout"), "split");
   EXPECT_EQ(split.metadata.at("format"), "test");
@@ -49,7 +51,8 @@ TEST(Convert, RoundTripIsBitExact) {
   convert_wi_file(dir.file("s.st"), dir.file("f.st"), WiLayout::fused);
   SafetensorsFile fused = read_safetensors(dir.file("f.st"));
   EXPECT_EQ(fused.metadata.at("moe.wi_layout"), "fused");
-  for (size_t i = 0; i < orig.size(); ++i) EXPECT_TRUE(fused.tensors[i].second.bit_equal(orig[i].second)) << i;
+  for (size_t i = 0; i < orig.size(); ++i)
+    EXPECT_TRUE(fused.tensors[i].second.bit_equal(orig[i].second)) << i;
   // Same tensors and header order: the data buffer is byte-identical to the original's.
   std::string a = testing::read_bytes(dir.file("w.st")), b = testing::read_bytes(dir.file("f.st"));
   EXPECT_EQ(a.substr(a.size() - 2000), b.substr(b.size() - 2000));
@@ -84,12 +87,17 @@ TEST(Convert, ErrorsNameTheFileAndTensor) {
     return f;
   };
   Tensor fused = uniform({4, 6, 10}, 1), split = fused.reshaped({2, 4, 3, 10});
-  expect_error(file({{"a.experts.wi", split}}), WiLayout::split, {"ckpt.st", "'a.experts.wi'", "already the split"});
-  expect_error(file({{"experts.wi", fused}}), WiLayout::fused, {"ckpt.st", "'experts.wi'", "already the prefused"});
-  expect_error(file({{"experts.wi", uniform({3, 6, 10}, 1)}}), WiLayout::split, {"'experts.wi'", "odd number of experts E = 3"});
-  expect_error(file({{"experts.wi", uniform({4, 5, 10}, 1)}}), WiLayout::split, {"'experts.wi'", "odd emb_dim D = 5"});
+  expect_error(file({{"a.experts.wi", split}}), WiLayout::split,
+               {"ckpt.st", "'a.experts.wi'", "already the split"});
+  expect_error(file({{"experts.wi", fused}}), WiLayout::fused,
+               {"ckpt.st", "'experts.wi'", "already the prefused"});
+  expect_error(file({{"experts.wi", uniform({3, 6, 10}, 1)}}), WiLayout::split,
+               {"'experts.wi'", "odd number of experts E = 3"});
+  expect_error(file({{"experts.wi", uniform({4, 5, 10}, 1)}}), WiLayout::split,
+               {"'experts.wi'", "odd emb_dim D = 5"});
   expect_error(file({{"experts.wi", uniform({4, 10}, 1)}}), WiLayout::split, {"'experts.wi'", "[4, 10]"});
-  expect_error(file({{"experts.wi", uniform({3, 4, 3, 10}, 1)}}), WiLayout::fused, {"'experts.wi'", "[3, 4, 3, 10]"});
+  expect_error(file({{"experts.wi", uniform({3, 4, 3, 10}, 1)}}), WiLayout::fused,
+               {"'experts.wi'", "[3, 4, 3, 10]"});
   expect_error(file({{"experts.wi_0", fused}}), WiLayout::split, {"ckpt.st", "nothing to convert"});
   EXPECT_THROW(convert_wi_file("/nonexistent/w.st", "/tmp/x.st", WiLayout::split), Error);
 }
@@ -114,13 +122,15 @@ TEST(Convert, ConvertedFileRunsTheLayerBitIdentically) {
   cfg.num_experts = 8, cfg.num_experts_per_tok = 2, cfg.emb_dim = 16, cfg.moe_mlp_dim = 12;
   cfg.prefuse_moe_weights = true;
   std::vector<std::pair<std::string, Tensor>> named;
-  init_weights(cfg, 4).for_each(cfg, [&](const std::string& n, const Tensor& t) { named.emplace_back(n, t); });
+  init_weights(cfg, 4).for_each(cfg,
+                                [&](const std::string& n, const Tensor& t) { named.emplace_back(n, t); });
   write_safetensors(dir.file("w.st"), named);
   convert_wi_file(dir.file("w.st"), dir.file("s.st"), WiLayout::split);
   Config split_cfg = cfg;
   split_cfg.moe_split_expert_weight_layout = true;
   auto load = [](const Config& c, const SafetensorsFile& f) {
-    return weights_from(c, [&](const std::string& n) { return f.find(n); }, "", f.path);
+    return weights_from(
+        c, [&](const std::string& n) { return f.find(n); }, "", f.path);
   };
   SafetensorsFile wf = read_safetensors(dir.file("w.st")), sf = read_safetensors(dir.file("s.st"));
   EXPECT_THROW(load(cfg, sf), Error);  // the split file does not load as prefused

@@ -20,8 +20,8 @@ struct BenchArgs {
 void list_cases() {
   for (const bench::Case& c : bench::all_cases())
     std::printf("%-20s T=%-5lld D=%-5lld F=%-5lld E=%-4lld K=%-2lld %s%s\n", c.name.c_str(), (long long)c.T,
-                (long long)c.D, (long long)c.F, (long long)c.E, (long long)c.K, c.test_problem ? "[test] " : "",
-                c.description.c_str());
+                (long long)c.D, (long long)c.F, (long long)c.E, (long long)c.K,
+                c.test_problem ? "[test] " : "", c.description.c_str());
 }
 
 void run_bench_cmd(const BenchArgs& a) {
@@ -41,7 +41,8 @@ void run_bench_cmd(const BenchArgs& a) {
     std::printf("wrote %s\n", a.json.c_str());
   }
   if (!bench::all_checks_passed(rows)) {
-    std::fprintf(stderr, "moe: error: bench: a variant does not match its baseline bit for bit (FAIL rows above)\n");
+    std::fprintf(stderr,
+                 "moe: error: bench: a variant does not match its baseline bit for bit (FAIL rows above)\n");
     set_exit_code(1);
   }
 }
