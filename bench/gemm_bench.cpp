@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "dense_baseline.h"
+#include "bench/dense_matmul_onednn.h"
 #include "kernels/grouped_gemm.h"
 #include "moe/thread_pool.h"
 #include "timing.h"

@@ -74,6 +74,21 @@ class Tensor {
   std::shared_ptr<std::byte> storage_;
 };
 
+// Live tensor storage, process-wide: every Tensor allocation adds its padded
+// size to `current` when made and subtracts it when its last owner releases
+// it; `peak` is the largest `current` since the last reset. Two relaxed
+// atomics per allocation (cheap next to the allocation itself). Used by
+// `moe bench` to report a step's own peak memory (peak RSS is process-wide
+// and never goes down). Thread safety: any thread may allocate; the numbers
+// are exact whenever no allocation is in flight.
+struct TensorMemoryStats {
+  int64_t current_bytes = 0;
+  int64_t peak_bytes = 0;
+};
+TensorMemoryStats tensor_memory_stats();
+// peak := current. Returns the new stats.
+TensorMemoryStats reset_tensor_memory_peak();
+
 // Throws moe::Error "<what>: expected shape [..] <dtype>, got [..]" when the
 // tensor does not match.
 void expect_shape(const Tensor& t, const Shape& shape, const std::string& what);

@@ -1,5 +1,6 @@
 #include "moe/tensor.h"
 
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -26,14 +27,37 @@ int64_t shape_numel(const Shape& s) {
 }
 
 namespace {
+std::atomic<int64_t> g_live_bytes{0};
+std::atomic<int64_t> g_peak_bytes{0};
+
+void count_alloc(int64_t bytes) {
+  int64_t now = g_live_bytes.fetch_add(bytes, std::memory_order_relaxed) + bytes;
+  int64_t peak = g_peak_bytes.load(std::memory_order_relaxed);
+  while (now > peak && !g_peak_bytes.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
+  }
+}
+
 std::shared_ptr<std::byte> allocate(size_t bytes) {
   size_t padded = (bytes + Tensor::kAlign - 1) / Tensor::kAlign * Tensor::kAlign;
   if (padded == 0) padded = Tensor::kAlign;
   void* p = std::aligned_alloc(Tensor::kAlign, padded);
   if (!p) fail("out of memory allocating ", bytes, " bytes");
-  return std::shared_ptr<std::byte>(static_cast<std::byte*>(p), [](std::byte* q) { std::free(q); });
+  count_alloc(int64_t(padded));
+  return std::shared_ptr<std::byte>(static_cast<std::byte*>(p), [padded](std::byte* q) {
+    g_live_bytes.fetch_sub(int64_t(padded), std::memory_order_relaxed);
+    std::free(q);
+  });
 }
 }  // namespace
+
+TensorMemoryStats tensor_memory_stats() {
+  return {g_live_bytes.load(std::memory_order_relaxed), g_peak_bytes.load(std::memory_order_relaxed)};
+}
+
+TensorMemoryStats reset_tensor_memory_peak() {
+  g_peak_bytes.store(g_live_bytes.load(std::memory_order_relaxed), std::memory_order_relaxed);
+  return tensor_memory_stats();
+}
 
 Tensor Tensor::empty(DType dtype, Shape shape) {
   Tensor t;

@@ -42,6 +42,23 @@ TEST(Tensor, ShapeCloneReshapeSlice) {
   EXPECT_TRUE(b.bit_equal(t));
 }
 
+// Live bytes count padded (64-byte) allocations; shared views allocate nothing.
+TEST(Tensor, MemoryStatsTrackLiveAndPeakBytes) {
+  TensorMemoryStats base = reset_tensor_memory_peak();
+  EXPECT_EQ(base.peak_bytes, base.current_bytes);
+  {
+    Tensor a(DType::f32, {10, 10});  // 400 bytes -> 448 padded
+    Tensor view = a.slice_rows(2, 5).reshaped({30});
+    EXPECT_EQ(tensor_memory_stats().current_bytes - base.current_bytes, 448);
+    Tensor b = Tensor::empty(DType::bf16, {1});  // 2 bytes -> 64
+    EXPECT_EQ(tensor_memory_stats().current_bytes - base.current_bytes, 512);
+  }
+  TensorMemoryStats after = tensor_memory_stats();
+  EXPECT_EQ(after.current_bytes, base.current_bytes);
+  EXPECT_EQ(after.peak_bytes - base.current_bytes, 512);
+  EXPECT_EQ(reset_tensor_memory_peak().peak_bytes, base.current_bytes);
+}
+
 TEST(ThreadPool, CoversRangeOnceAndRethrows) {
   ThreadPool pool(3);
   std::vector<std::atomic<int>> hits(1000);

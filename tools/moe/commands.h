@@ -6,6 +6,8 @@
 
 namespace moe::cli {
 
+void add_bench(CLI::App& app);
+void add_convert(CLI::App& app);
 void add_init(CLI::App& app);
 void add_step(CLI::App& app);
 void add_validate(CLI::App& app);
@@ -13,6 +15,8 @@ void add_train(CLI::App& app);
 void add_report(CLI::App& app);
 
 inline void register_all(CLI::App& app) {
+  add_bench(app);
+  add_convert(app);
   add_init(app);
   add_step(app);
   add_validate(app);

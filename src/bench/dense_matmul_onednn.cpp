@@ -1,4 +1,4 @@
-#include "dense_baseline.h"
+#include "bench/dense_matmul_onednn.h"
 
 #include <omp.h>
 

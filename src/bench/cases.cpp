@@ -1,0 +1,191 @@
+#include "bench/cases.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+
+namespace moe::bench {
+namespace {
+
+Case bench_case(std::string name, std::string desc, int64_t T, int64_t D, int64_t F, int64_t E, int64_t K) {
+  Case c;
+  c.name = std::move(name);
+  c.description = std::move(desc);
+  c.T = T, c.D = D, c.F = F, c.E = E, c.K = K;
+  c.seed = 1;
+  return c;
+}
+
+// A MaxText combine test problem (MAXTEXT_NOTES §5.3: seed, T, K, G, E_d, skew),
+// scaled down (T and E_d divided by 4; F = 16) so a fwd+bwd takes milliseconds.
+Case test_problem(std::string name, uint64_t seed, int64_t T, int64_t K, int64_t E, int64_t D, double skew) {
+  Case c = bench_case(std::move(name), "MaxText combine test problem (scaled down)", T, D, 16, E, K);
+  c.routing = RoutingKind::forced;
+  c.skew = skew;
+  c.seed = seed;
+  c.test_problem = true;
+  return c;
+}
+
+std::vector<Case> make_cases() {
+  std::vector<Case> v;
+  v.push_back(bench_case("seed-mixtral", "the seeds' Mixtral-8x7B micro-bench layer (D 4096, mlp 1024)", 2048,
+                         4096, 1024, 8, 2));
+  v.push_back(
+      bench_case("many-experts", "128 small experts, top-8 (Qwen3-MoE-like)", 2048, 1024, 512, 128, 8));
+  Case gemma = bench_case("gemma-like", "Gemma4-26B-A4B expert shapes (gelu)", 2048, 2816, 704, 128, 8);
+  gemma.activation = Activation::gelu;
+  v.push_back(gemma);
+  Case skewed =
+      bench_case("skewed", "forced routing, p(g) ∝ exp(-g): a few experts take most rows, most are empty",
+                 2048, 1024, 512, 64, 4);
+  skewed.routing = RoutingKind::forced;
+  skewed.skew = 1.0;
+  v.push_back(skewed);
+  v.push_back(bench_case("tiny", "small and fast (smoke test of the harness)", 64, 64, 32, 8, 2));
+  v.push_back(test_problem("base", 0, 64, 8, 16, 64, 0.0));
+  v.push_back(test_problem("many_experts", 1, 64, 8, 128, 32, 0.0));
+  v.push_back(test_problem("odd_groups", 2, 96, 8, 9, 96, 0.0));
+  v.push_back(test_problem("skewed_long_ranges", 3, 64, 8, 32, 32, 1.0));
+  Case k6 = test_problem("k6", 4, 128, 6, 12, 64, 0.3);
+  k6.activation = Activation::gelu;
+  v.push_back(k6);
+  v.push_back(test_problem("k2", 5, 64, 2, 5, 32, 0.0));
+  v.push_back(test_problem("tiny_ranges", 8, 64, 2, 128, 32, 0.0));
+  Case cap = bench_case("capacity_dropping", "router routing with capacity_factor 0.75 (slots dropped)", 48,
+                        32, 16, 8, 3);
+  cap.capacity_factor = 0.75;
+  cap.seed = 6;
+  cap.test_problem = true;
+  v.push_back(cap);
+  return v;
+}
+
+uint64_t mix(uint64_t a, uint64_t b) {
+  uint64_t x = a * 0x9e3779b97f4a7c15ull + b + 0x632be59bd9b4e019ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+// Uniform in (0, 1), never 0.
+double open_uniform(std::mt19937_64& rng) { return (double(rng() >> 11) + 0.5) * 0x1.0p-53; }
+
+Tensor normal_tensor(Shape shape, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  Tensor t = Tensor::empty(DType::f32, std::move(shape));
+  float* p = t.data<float>();
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    double u1 = open_uniform(rng), u2 = open_uniform(rng);
+    p[i] = float(std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2));
+  }
+  return t;
+}
+
+}  // namespace
+
+const std::vector<Case>& all_cases() {
+  static const std::vector<Case> cases = make_cases();
+  return cases;
+}
+
+std::vector<Case> bench_cases() {
+  std::vector<Case> v;
+  for (const Case& c : all_cases())
+    if (!c.test_problem) v.push_back(c);
+  return v;
+}
+
+std::vector<Case> small_cases() {
+  std::vector<Case> v;
+  for (const Case& c : all_cases())
+    if (c.test_problem || c.name == "tiny") v.push_back(c);
+  return v;
+}
+
+const Case& find_case(std::string_view name) {
+  std::string known;
+  for (const Case& c : all_cases()) {
+    if (c.name == name) return c;
+    known += (known.empty() ? "" : ", ") + c.name;
+  }
+  fail("unknown case '", name, "' (known cases: ", known, ")");
+}
+
+Config case_config(const Case& c, DType dtype) {
+  Config cfg;
+  cfg.num_experts = c.E;
+  cfg.num_experts_per_tok = c.K;
+  cfg.emb_dim = c.D;
+  cfg.moe_mlp_dim = c.F;
+  cfg.mlp_activation = c.activation;
+  cfg.capacity_factor = c.capacity_factor;
+  cfg.dtype = dtype;
+  cfg.weight_dtype = DType::f32;
+  return cfg;
+}
+
+std::vector<Variant> case_variants(const Case& c) {
+  using KC = KernelChoice;
+  std::vector<Variant> v{{"reference", KC::reference, false, false, "", true},
+                         {"fused", KC::fused, false, false, "reference", true}};
+  if (c.split_capable()) {
+    v.push_back({"prefused-reference", KC::reference, true, false, "", false});
+    v.push_back({"split", KC::fused, true, true, "prefused-reference", true});
+  }
+  return v;
+}
+
+Config variant_config(const Case& c, DType dtype, const Variant& v) {
+  Config cfg = case_config(c, dtype);
+  cfg.moe_permute_kernel = cfg.moe_combine_kernel = v.kernels;
+  cfg.prefuse_moe_weights = v.prefused;
+  cfg.moe_split_expert_weight_layout = v.split;
+  return cfg;
+}
+
+CaseInputs case_inputs(const Case& c, uint64_t seed) {
+  uint64_t key = mix(c.seed, seed);
+  CaseInputs in;
+  in.x = normal_tensor({c.T, c.D}, mix(key, 1));
+  in.dy = normal_tensor({c.T, c.D}, mix(key, 2));
+  if (c.routing == RoutingKind::forced) in.topk_idx = skewed_routing(c.T, c.K, c.E, c.skew, mix(key, 3));
+  return in;
+}
+
+// [T, K] i32
+Tensor skewed_routing(int64_t T, int64_t K, int64_t E, double skew, uint64_t seed) {
+  MOE_ASSERT(K >= 1 && K <= E, "skewed_routing needs 1 <= K <= E");
+  std::mt19937_64 rng(seed);
+  Tensor idx = Tensor::empty(DType::i32, {T, K});
+  std::vector<double> key(static_cast<size_t>(E));
+  std::vector<int32_t> ids(static_cast<size_t>(E));
+  for (int64_t t = 0; t < T; ++t) {
+    // log p(g) + Gumbel noise; the K largest keys are a sample without replacement from p.
+    for (int64_t g = 0; g < E; ++g)
+      key[size_t(g)] = -skew * double(g) - std::log(-std::log(open_uniform(rng)));
+    std::iota(ids.begin(), ids.end(), 0);
+    std::partial_sort(ids.begin(), ids.begin() + K, ids.end(),
+                      [&](int32_t a, int32_t b) { return key[size_t(a)] > key[size_t(b)]; });
+    std::copy_n(ids.begin(), K, idx.data<int32_t>() + t * K);
+  }
+  return idx;
+}
+
+double forward_flops(const Case& c) {
+  return 6.0 * double(c.rows()) * double(c.D) * double(c.F) + 2.0 * double(c.T) * double(c.D) * double(c.E);
+}
+
+double forward_backward_flops(const Case& c) { return 3.0 * forward_flops(c); }
+
+double permute_bytes(const Case& c, DType dtype) {
+  return 2.0 * double(c.rows()) * double(c.D) * double(dtype_size(dtype));
+}
+
+double combine_bytes(const Case& c, DType dtype) {
+  double s = double(dtype_size(dtype));
+  return double(c.rows()) * double(c.D) * s + double(c.rows()) * 4.0 + double(c.T) * double(c.D) * s;
+}
+
+}  // namespace moe::bench

@@ -1,0 +1,61 @@
+// `moe bench`: for each case and variant of the registry, check the variant
+// bit for bit against its baseline, then time forward and forward+backward
+// passes of the layer, next to a dense GEMM baseline and the permute/combine
+// kernels' bandwidth against memcpy, all measured in the same run.
+// docs/benchmarks.md describes every field.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "bench/cases.h"
+
+namespace moe::bench {
+
+struct BenchOptions {
+  std::vector<std::string> cases;  // empty: bench_cases()
+  DType dtype = DType::bf16;
+  int iters = 5;   // timed iterations per variant (>= 1)
+  int warmup = 1;  // untimed iterations after the check run (>= 0)
+  uint64_t seed = 0;
+};
+
+// One row of the report: a (case, variant, dtype, pass) combination.
+struct BenchResult {
+  std::string case_name, variant, dtype;
+  std::string pass;          // "fwd" | "fwd+bwd"
+  std::string check;         // "PASS" | "FAIL" (vs the baseline variant) | "ref" (a baseline itself)
+  std::string check_detail;  // what differed, when FAIL
+  int64_t T = 0, D = 0, F = 0, E = 0, K = 0;
+  int iters = 0;
+  double flops = 0;
+  double median_ms = 0, min_ms = 0, max_ms = 0;
+  double gflops = 0;             // flops / median time
+  double dense_gflops = 0;       // dense GEMM baseline, same run
+  double fraction_of_dense = 0;  // gflops / dense_gflops
+  double peak_rss_mib = 0;       // process VmHWM after the variant ran (monotone, process-wide)
+  double peak_alloc_mib = 0;     // the pass's own peak live tensor bytes (above what was live before it)
+  double permute_gbps = 0, combine_gbps = 0;  // the variant's permute / combine kernel alone
+  double memcpy_gbps = 0;
+  double permute_fraction_of_memcpy = 0, combine_fraction_of_memcpy = 0;
+};
+
+// Runs every selected case and variant. `on_result` is called as each row is
+// ready (for live printing). Throws moe::Error for an unknown case name.
+std::vector<BenchResult> run_bench(const BenchOptions& opts,
+                                   const std::function<void(const BenchResult&)>& on_result = {});
+
+// True when no row has check "FAIL".
+bool all_checks_passed(const std::vector<BenchResult>& results);
+
+// Report formats (report.cpp): an aligned text table (header + one line per
+// row), and the JSON of SPEC.md §7: {"results": [{...}, ...]}.
+std::string format_table_header();
+std::string format_table_row(const BenchResult& r);
+std::string results_json(const std::vector<BenchResult>& results);
+
+// VmHWM of this process in MiB (0 where /proc is unavailable).
+double peak_rss_mib();
+
+}  // namespace moe::bench

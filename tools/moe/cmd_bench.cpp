@@ -1,0 +1,68 @@
+// moe bench [--case NAME]... [--dtype bf16|f32] [--iters N] [--warmup N] [--json FILE]
+// Checks each variant bit for bit against its baseline, then times it
+// (docs/benchmarks.md). Exits 1 when any check fails.
+#include <cstdio>
+
+#include "bench/harness.h"
+#include "commands.h"
+#include "io/atomic_file.h"
+
+namespace moe::cli {
+namespace {
+struct BenchArgs {
+  std::vector<std::string> cases;
+  std::string dtype = "bf16", json;
+  int iters = 5, warmup = 1;
+  uint64_t seed = 0;
+  bool list = false;
+};
+
+void list_cases() {
+  for (const bench::Case& c : bench::all_cases())
+    std::printf("%-20s T=%-5lld D=%-5lld F=%-5lld E=%-4lld K=%-2lld %s%s\n", c.name.c_str(), (long long)c.T,
+                (long long)c.D, (long long)c.F, (long long)c.E, (long long)c.K,
+                c.test_problem ? "[test] " : "", c.description.c_str());
+}
+
+void run_bench_cmd(const BenchArgs& a) {
+  if (a.list) return list_cases();
+  bench::BenchOptions o;
+  o.cases = a.cases;
+  o.dtype = a.dtype == "f32" ? DType::f32 : DType::bf16;
+  o.iters = a.iters, o.warmup = a.warmup, o.seed = a.seed;
+  std::fputs(bench::format_table_header().c_str(), stdout);
+  std::fflush(stdout);
+  auto rows = bench::run_bench(o, [](const bench::BenchResult& r) {
+    std::fputs(bench::format_table_row(r).c_str(), stdout);
+    std::fflush(stdout);
+  });
+  if (!a.json.empty()) {
+    write_file_atomic(a.json, bench::results_json(rows));
+    std::printf("wrote %s\n", a.json.c_str());
+  }
+  if (!bench::all_checks_passed(rows)) {
+    std::fprintf(stderr,
+                 "moe: error: bench: a variant does not match its baseline bit for bit (FAIL rows above)\n");
+    set_exit_code(1);
+  }
+}
+}  // namespace
+
+void add_bench(CLI::App& app) {
+  auto a = std::make_shared<BenchArgs>();
+  CLI::App* c = app.add_subcommand(
+      "bench",
+      "Benchmark the layer on the registry's cases: every variant (reference / fused kernels, split layout)\n"
+      "is checked bit for bit against its baseline (PASS/FAIL), then timed forward and forward+backward,\n"
+      "next to a dense GEMM baseline and memcpy measured in the same run. See docs/benchmarks.md.");
+  c->add_option("--case", a->cases, "Case name (repeatable; default: every bench case). --list shows them");
+  c->add_option("--dtype", a->dtype, "Activation dtype")->check(CLI::IsMember({"bf16", "f32"}));
+  c->add_option("--iters", a->iters, "Timed iterations per variant (default 5)");
+  c->add_option("--warmup", a->warmup, "Untimed iterations after the check run (default 1)");
+  c->add_option("--seed", a->seed, "Seed of the inputs (weights come from the case)");
+  c->add_option("--json", a->json, "Write the results as JSON (SPEC.md §7) to this file");
+  c->add_flag("--list", a->list, "List the cases and exit");
+  c->callback([a] { run_bench_cmd(*a); });
+}
+
+}  // namespace moe::cli
