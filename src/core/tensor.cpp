@@ -1,5 +1,8 @@
 #include "moe/tensor.h"
 
+#include "core/block_cache.h"
+#include "moe/thread_pool.h"
+
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
@@ -40,12 +43,12 @@ void count_alloc(int64_t bytes) {
 std::shared_ptr<std::byte> allocate(size_t bytes) {
   size_t padded = (bytes + Tensor::kAlign - 1) / Tensor::kAlign * Tensor::kAlign;
   if (padded == 0) padded = Tensor::kAlign;
-  void* p = std::aligned_alloc(Tensor::kAlign, padded);
+  void* p = block_cache::acquire(padded, Tensor::kAlign);
   if (!p) fail("out of memory allocating ", bytes, " bytes");
   count_alloc(int64_t(padded));
   return std::shared_ptr<std::byte>(static_cast<std::byte*>(p), [padded](std::byte* q) {
     g_live_bytes.fetch_sub(int64_t(padded), std::memory_order_relaxed);
-    std::free(q);
+    block_cache::release(q, padded);
   });
 }
 }  // namespace
@@ -97,9 +100,35 @@ float Tensor::get_f32(int64_t i) const {
   return 0;
 }
 
+namespace {
+// f32 <-> bf16, the conversions of every step (weights to the compute dtype):
+// typed loops, split over the compute pool.
+bool convert_fast(const Tensor& in, Tensor& out) {
+  const int64_t n = in.numel();
+  if (in.dtype() == DType::f32 && out.dtype() == DType::bf16) {
+    const float* s = in.data<float>();
+    bf16* d = out.data<bf16>();
+    parallel_for(n, 1 << 16, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) d[i] = to_bf16(s[i]);
+    });
+    return true;
+  }
+  if (in.dtype() == DType::bf16 && out.dtype() == DType::f32) {
+    const bf16* s = in.data<bf16>();
+    float* d = out.data<float>();
+    parallel_for(n, 1 << 16, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) d[i] = to_f32(s[i]);
+    });
+    return true;
+  }
+  return false;
+}
+}  // namespace
+
 Tensor Tensor::to(DType dtype) const {
   if (dtype == dtype_) return *this;
   Tensor out = empty(dtype, shape_);
+  if (convert_fast(*this, out)) return out;
   const int64_t n = numel_;
   if (is_float(dtype_) && is_float(dtype)) {
     for (int64_t i = 0; i < n; ++i) {

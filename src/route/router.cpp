@@ -4,34 +4,18 @@
 #include <cmath>
 #include <numeric>
 
+#include "kernels/grouped_gemm.h"
 #include "moe/thread_pool.h"
 
 namespace moe {
 namespace {
 
-template <class In>
-void logits_rows(const In* x, const float* W, float* z, int64_t D, int64_t E, int64_t t0, int64_t t1) {
-  for (int64_t t = t0; t < t1; ++t) {
-    float* zt = z + t * E;
-    std::fill(zt, zt + E, 0.0f);
-    for (int64_t d = 0; d < D; ++d) {
-      float xv = load_f32(x[t * D + d]);
-      const float* w = W + d * E;
-      for (int64_t e = 0; e < E; ++e) zt[e] += xv * w[e];
-    }
-  }
-}
-
-// z [T, E] = x [T, D] @ W [D, E]; each row one sequential sum over d.
+// z [T, E] = x [T, D] @ W [D, E] in f32: the grouped GEMM with one group (row-independent, so
+// a token's logits do not depend on which other tokens share the call).
 Tensor router_logits(const Tensor& x, const Tensor& W) {
-  int64_t T = x.dim(0), D = x.dim(1), E = W.dim(1);
-  Tensor z = Tensor::empty(DType::f32, {T, E});
-  parallel_for(T, 8, [&](int64_t b, int64_t e) {
-    if (x.dtype() == DType::bf16)
-      logits_rows(x.data<bf16>(), W.data<float>(), z.data<float>(), D, E, b, e);
-    else
-      logits_rows(x.data<float>(), W.data<float>(), z.data<float>(), D, E, b, e);
-  });
+  const int64_t T = x.dim(0), D = x.dim(1), E = W.dim(1);
+  Tensor z(DType::f32, {T, E});
+  gmm(x.to(DType::f32), W.reshaped({1, D, E}), GroupLayout::from_sizes({T}), 0, z);
   return z;
 }
 
@@ -139,41 +123,18 @@ Tensor router_weights_backward(const Config& cfg, const RouterOutput& r, const T
   return dz;
 }
 
-namespace {
-template <class In>
-void dx_rows(const float* dz, const float* W, float* dx, int64_t D, int64_t E, int64_t t0, int64_t t1) {
-  for (int64_t t = t0; t < t1; ++t)
-    for (int64_t d = 0; d < D; ++d) {
-      float acc = 0.0f;
-      for (int64_t e = 0; e < E; ++e) acc += dz[t * E + e] * W[d * E + e];
-      dx[t * D + d] += acc;
-    }
-}
-template <class In>
-void dkernel_rows(const In* x, const float* dz, float* dk, int64_t T, int64_t D, int64_t E, int64_t d0,
-                  int64_t d1) {
-  for (int64_t d = d0; d < d1; ++d) {
-    float* row = dk + d * E;
-    std::fill(row, row + E, 0.0f);
-    for (int64_t t = 0; t < T; ++t) {
-      float xv = load_f32(x[t * D + d]);
-      for (int64_t e = 0; e < E; ++e) row[e] += xv * dz[t * E + e];
-    }
-  }
-}
-}  // namespace
-
+// dkernel [D, E] = x^T @ dz; dx [T, D] += dz @ W^T (f32 grouped GEMMs with one group).
 void router_matmul_backward(const Tensor& x, const Tensor& W, const Tensor& dz, Tensor& dkernel, Tensor& dx) {
-  int64_t T = x.dim(0), D = x.dim(1), E = W.dim(1);
-  bool bf = x.dtype() == DType::bf16;
-  parallel_for(D, 16, [&](int64_t b, int64_t e) {
-    if (bf)
-      dkernel_rows(x.data<bf16>(), dz.data<float>(), dkernel.data<float>(), T, D, E, b, e);
-    else
-      dkernel_rows(x.data<float>(), dz.data<float>(), dkernel.data<float>(), T, D, E, b, e);
-  });
-  parallel_for(T, 8, [&](int64_t b, int64_t e) {
-    dx_rows<float>(dz.data<float>(), W.data<float>(), dx.data<float>(), D, E, b, e);
+  const int64_t T = x.dim(0), D = x.dim(1), E = W.dim(1);
+  const GroupLayout all = GroupLayout::from_sizes({T});
+  Tensor dk = dkernel.reshaped({1, D, E});
+  gmm_drhs(x.to(DType::f32), dz, all, 0, dk);
+  Tensor part(DType::f32, {T, D});
+  gmm_dlhs(dz, W.reshaped({1, D, E}), all, 0, part);
+  float* out = dx.data<float>();
+  const float* p = part.data<float>();
+  parallel_for(T * D, 1 << 15, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) out[i] += p[i];
   });
 }
 
