@@ -108,16 +108,9 @@ LoadedConfig parse_config(const std::string& yaml_text, const std::string& origi
 // Reads the file, then parse_config. A missing or unreadable file is an error naming it.
 LoadedConfig load_config(const std::string& path, const std::vector<std::string>& overrides);
 
-// Every rule violated by `c`, followed by not_yet_implemented(c) (empty when
-// `c` can run). parse_config calls this; it is public so tests, run-time
+// Every rule violated by `c` (empty when `c` can run). parse_config calls this; it is public so tests, run-time
 // checks and `moe validate --topology` reuse the same code.
 std::vector<std::string> config_problems(const Config& c);
-
-// One message per requested feature that is parsed but not implemented yet,
-// e.g. "moe_split_expert_weight_layout=true: not implemented yet (arrives with
-// the fast-path work)". The gates live in one table in config_rules.cpp; a
-// landing feature deletes its row.
-std::vector<std::string> not_yet_implemented(const Config& c);
 
 // The offload targets of SPEC.md §6. Splits `spec` on commas, trims spaces,
 // ignores empty items; "all" expands to every target. Returns each target at

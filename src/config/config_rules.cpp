@@ -129,17 +129,6 @@ void check_train(Problems& out, const Config& c) {
 
 constexpr std::array<const char*, 3> kOffloadTargets{"fsdp_all_gather", "ep_collectives", "ragged_sort"};
 
-// Features that are parsed but not implemented yet. When one lands, delete
-// its row (and its tests' expectation of the message).
-struct Gate {
-  const char* key;
-  const char* arrives_with;
-  bool (*requested)(const Config&);
-};
-const Gate kNotYetImplemented[] = {
-    {"use_ring_of_experts", "the expert-parallel work",
-     [](const Config& c) { return c.use_ring_of_experts; }},
-};
 
 }  // namespace
 
@@ -167,22 +156,12 @@ std::vector<std::string> parse_offload_targets(const std::string& spec) {
   return out;
 }
 
-std::vector<std::string> not_yet_implemented(const Config& c) {
-  std::vector<std::string> out;
-  for (const Gate& g : kNotYetImplemented)
-    if (g.requested(c))
-      add(out, g.key, "=", config_value(c, g.key), ": not implemented yet (arrives with ", g.arrives_with,
-          ")");
-  return out;
-}
-
 std::vector<std::string> config_problems(const Config& c) {
   Problems out;
   check_layer(out, c);
   check_parallelism(out, c);
   check_offload(out, c);
   check_train(out, c);
-  for (auto& p : not_yet_implemented(c)) out.push_back(std::move(p));
   return out;
 }
 

@@ -4,6 +4,7 @@
 
 #include "dist/dist_weights.h"
 #include "dist/ep_exchange.h"
+#include "dist/ring.h"
 #include "kernels/combine.h"
 #include "kernels/permute.h"
 #include "layer/expert_ffn.h"
@@ -15,7 +16,8 @@ namespace moe {
 
 struct Chunk {
   int64_t t0 = 0, t1 = 0;  // local token range
-  Routing routing;
+  Routing routing;  // this rank's tokens of the chunk (the kept slots: capacity in global order)
+  RingState ring;   // ring of experts only
   Tensor xs;  // [Rc, D] sorted by global expert
   EpExchange ex;
   Tensor xl;  // [buffer_rows, D] received, sorted by local expert
@@ -118,12 +120,42 @@ Tensor merge_rows(const std::vector<FfnGradInputs>& keeps, const std::vector<Seg
   return out;
 }
 
+// Expert-parallel path of one chunk: sort, dispatch, local FFN, return, combine.
+void forward_a2a(const Config& cfg, Chunk& ch, const Tensor& x, const Tensor& topk_w, const FfnWeights& ffn,
+                 Communicator& ep, Tensor& y) {
+  const int64_t Rc = (ch.t1 - ch.t0) * cfg.num_experts_per_tok;
+  ch.xs = Tensor::empty(cfg.dtype, {Rc, cfg.emb_dim});
+  permute(cfg.moe_permute_kernel, x.slice_rows(ch.t0, ch.t1), ch.routing, ch.xs);
+  ch.ex = plan_exchange(ep, ch.routing.groups, cfg.num_experts, Rc, cfg.ragged_buffer_factor);
+  ch.xl = ep_dispatch(ep, ch.ex, ch.xs);
+  ch.act = ffn_forward(cfg, ffn, ch.xl, ch.ex.local_groups);
+  ch.ys = ep_return(ep, ch.ex, ch.act.ys, Rc);
+  combine(cfg.moe_combine_kernel, ch.ys, topk_w.slice_rows(ch.t0, ch.t1), ch.routing, cfg.float32_weight_sum, y);
+}
+
+// Its adjoint: writes dx rows (f32) and dW rows of the chunk; fills `keep`.
+void backward_a2a(const Config& cfg, const Chunk& ch, const Tensor& dy, const Tensor& topk_w, const FfnWeights& ffn,
+                  Communicator& ep, Tensor& dx, Tensor& dW, FfnGradInputs& keep) {
+  const int64_t Rc = (ch.t1 - ch.t0) * cfg.num_experts_per_tok;
+  Tensor dys = Tensor::empty(cfg.dtype, {Rc, cfg.emb_dim});
+  combine_backward(cfg.moe_combine_kernel, dy, ch.ys, topk_w.slice_rows(ch.t0, ch.t1), ch.routing, dys, dW);
+  Tensor dyl = ep_dispatch(ep, ch.ex, dys);
+  Tensor dxl = ffn_backward_data(cfg, ffn, ch.xl, ch.act, dyl, ch.ex.local_groups, keep);
+  Tensor dxs = ep_return(ep, ch.ex, dxl, Rc);
+  permute_backward(cfg.moe_permute_kernel, dxs, ch.routing, dx);
+}
+
 }  // namespace
 
 MeshShape check_parallel_config(const Config& cfg, int world_size) {
   MeshShape m = resolve_mesh_shape(cfg.data_parallelism, cfg.fsdp_parallelism, cfg.expert_parallelism, world_size);
   const int64_t E = cfg.num_experts, D = cfg.emb_dim;
   if (E % m.expert) fail("num_experts=", E, " is not divisible by expert_parallelism=", m.expert);
+  if (cfg.use_ring_of_experts && m.expert == 1)
+    fail("use_ring_of_experts=true needs expert_parallelism > 1 (it runs over the expert axis)");
+  if (cfg.use_ring_of_experts && cfg.ragged_buffer_factor > 0)
+    fail("ragged_buffer_factor=", cfg.ragged_buffer_factor, " caps the all-to-all buffer; the ring of experts has none "
+         "(use -1 with use_ring_of_experts=true)");
   if (cfg.moe_split_expert_weight_layout) {
     if (m.expert != 1) fail("moe_split_expert_weight_layout=true needs expert_parallelism=1 (got ", m.expert, ")");
     if (E % m.fsdp) fail("moe_split_expert_weight_layout shards num_experts=", E, " over fsdp=", m.fsdp, ": not divisible");
@@ -169,15 +201,14 @@ DistForwardPtr DistLayer::forward(const LayerWeights& shards, const Tensor& x_in
     const int64_t Tc = ch.t1 - ch.t0;
     ch.routing = compute_routing(f->router.topk_idx.data<int32_t>() + ch.t0 * K, Tc, K, E, cap, &prior);
     for (int64_t e = 0; e < E; ++e) prior[size_t(e)] += ch.routing.routed_counts[size_t(e)];
-    ch.xs = Tensor::empty(cfg_.dtype, {Tc * K, D});
-    permute(cfg_.moe_permute_kernel, f->x.slice_rows(ch.t0, ch.t1), ch.routing, ch.xs);
-    ch.ex = plan_exchange(ep, ch.routing.groups, E, Tc * K, cfg_.ragged_buffer_factor);
-    ch.xl = ep_dispatch(ep, ch.ex, ch.xs);
-    ch.act = ffn_forward(cfg_, f->ffn, ch.xl, ch.ex.local_groups);
-    ch.ys = ep_return(ep, ch.ex, ch.act.ys, Tc * K);
     Tensor y = out.y.slice_rows(ch.t0, ch.t1);
-    combine(cfg_.moe_combine_kernel, ch.ys, f->router.topk_weights.slice_rows(ch.t0, ch.t1), ch.routing,
-            cfg_.float32_weight_sum, y);
+    if (cfg_.use_ring_of_experts) {
+      ch.ring = ring_forward(cfg_, ep, f->ffn, f->x.slice_rows(ch.t0, ch.t1), f->router.topk_idx.data<int32_t>() + ch.t0 * K,
+                             f->router.topk_weights.slice_rows(ch.t0, ch.t1), keep_mask(ch.routing), y);
+      ch.ex = ch.ring.ex;
+    } else {
+      forward_a2a(cfg_, ch, f->x, f->router.topk_weights, f->ffn, ep, y);
+    }
     out.dropped += ch.routing.dropped + ch.ex.dropped;
     f->chunks.push_back(std::move(ch));
   }
@@ -203,15 +234,11 @@ LayerGrads DistLayer::backward(const DistForward& f, const Tensor& dy_in) const 
   std::vector<FfnGradInputs> keeps(f.chunks.size());
   for (size_t c = 0; c < f.chunks.size(); ++c) {
     const Chunk& ch = f.chunks[c];
-    const int64_t Rc = (ch.t1 - ch.t0) * K;
-    Tensor dys = Tensor::empty(cfg_.dtype, {Rc, D}), dWc = dW.slice_rows(ch.t0, ch.t1);
-    combine_backward(cfg_.moe_combine_kernel, dy.slice_rows(ch.t0, ch.t1), ch.ys,
-                     f.router.topk_weights.slice_rows(ch.t0, ch.t1), ch.routing, dys, dWc);
-    Tensor dyl = ep_dispatch(ep, ch.ex, dys);
-    Tensor dxl = ffn_backward_data(cfg_, f.ffn, ch.xl, ch.act, dyl, ch.ex.local_groups, keeps[c]);
-    Tensor dxs = ep_return(ep, ch.ex, dxl, Rc);
-    Tensor dx = g.dx.slice_rows(ch.t0, ch.t1);
-    permute_backward(cfg_.moe_permute_kernel, dxs, ch.routing, dx);
+    Tensor dWc = dW.slice_rows(ch.t0, ch.t1), dx = g.dx.slice_rows(ch.t0, ch.t1), dyc = dy.slice_rows(ch.t0, ch.t1);
+    if (cfg_.use_ring_of_experts)
+      ring_backward(cfg_, ep, f.ffn, ch.ring, dyc, dx, dWc, keeps[c]);
+    else
+      backward_a2a(cfg_, ch, dyc, f.router.topk_weights, f.ffn, ep, dx, dWc, keeps[c]);
   }
   LayerWeights needed;
   if (f.chunks.size() == 1) {

@@ -35,4 +35,12 @@ int64_t expert_capacity(int64_t tokens, int64_t top_k, int64_t experts, double c
 Routing compute_routing(const int32_t* topk_idx, int64_t tokens, int64_t top_k, int64_t experts,
                         int64_t capacity, const std::vector<int64_t>* prior = nullptr);
 
+// Same sort with the kept slots given (keep[r] != 0), e.g. decided by the
+// ranks that own the tokens (ring of experts).
+Routing compute_routing_masked(const int32_t* topk_idx, int64_t tokens, int64_t top_k, int64_t experts,
+                               const uint8_t* keep);
+
+// keep[r] = 1 iff slot r is kept in `rt`.
+std::vector<uint8_t> keep_mask(const Routing& rt);
+
 }  // namespace moe

@@ -23,6 +23,7 @@ struct Case {
   int data, fsdp, expert;
   void (*tweak)(Config&);
   bool explicit_plan = false;
+  bool tokens_exact = true;  // y and grad.x bit-exact (ring of experts with K > 2: a regrouped sum)
 };
 
 Config base_config() {
@@ -77,12 +78,21 @@ void run_case(const Case& c) {
   LayerOutputs out;
   auto f = layer.forward(layer.shard(full), x.slice_rows(t0, t1), nullptr, out);
   LayerGrads g = layer.backward(*f, dy.slice_rows(t0, t1));
-  EXPECT_TRUE(out.y.bit_equal(ref.y.slice_rows(t0, t1))) << "y max diff " << max_abs_diff(out.y, ref.y.slice_rows(t0, t1));
+  Tensor ry = ref.y.slice_rows(t0, t1), rdx = rg.dx.slice_rows(t0, t1);
   EXPECT_TRUE(out.topk_idx.bit_equal(ref.topk_idx.slice_rows(t0, t1)));
   EXPECT_EQ(out.load_balance_loss, ref.load_balance_loss);
   EXPECT_EQ(out.z_loss, ref.z_loss);
-  EXPECT_TRUE(g.dx.bit_equal(rg.dx.slice_rows(t0, t1))) << "dx max diff " << max_abs_diff(g.dx, rg.dx.slice_rows(t0, t1));
+  if (c.tokens_exact) {
+    EXPECT_TRUE(out.y.bit_equal(ry)) << "y max diff " << max_abs_diff(out.y, ry);
+    EXPECT_TRUE(g.dx.bit_equal(rdx)) << "dx max diff " << max_abs_diff(g.dx, rdx);
+  } else {
+    // K terms summed per rank, then across ranks: a few f32 ulps, then one bf16 rounding of y
+    // (which may land one bf16 ulp away).
+    EXPECT_LE(max_abs_diff(out.y, ry), std::ldexp(max_abs(ry), -7)) << "y";
+    EXPECT_LE(max_abs_diff(g.dx, rdx), 1e-5 * std::max(1.0, max_abs(rdx))) << "dx";
+  }
   LayerWeights grads = layer.unshard_to_root(g.weights);
+  // Weight gradients see bf16 values of y's inputs only, not y: exact whenever each expert's rows live on one rank.
   if (world.rank() == 0) expect_grads(cfg, grads, rg.weights, c.data == 1 && c.fsdp == 1);
 }
 
@@ -107,6 +117,12 @@ const Case kCases[] = {
     {"data2_ep2_capacity", 2, 1, 2, [](Config& c) { c.capacity_factor = 1.0; }},
     {"fsdp4_split", 1, 4, 1, [](Config& c) { c.prefuse_moe_weights = c.moe_split_expert_weight_layout = true; }},
     {"fsdp2_ep2_shard_exp_chunks2", 1, 2, 2, [](Config& c) { c.shard_exp_on_fsdp = true; c.num_moe_token_chunks = 2; }},
+    {"ring_ep2", 1, 1, 2, [](Config& c) { c.use_ring_of_experts = true; }},
+    {"ring_ep2_chunks3_capacity", 1, 1, 2,
+     [](Config& c) { c.use_ring_of_experts = true; c.num_moe_token_chunks = 3; c.capacity_factor = 0.8; }},
+    {"ring_ep2_k3", 1, 1, 2, [](Config& c) { c.use_ring_of_experts = true; c.num_experts_per_tok = 3; }, false, false},
+    {"ring_ep4_chunks4", 1, 1, 4, [](Config& c) { c.use_ring_of_experts = true; c.num_moe_token_chunks = 4; }},
+    {"ring_fsdp2_ep2", 1, 2, 2, [](Config& c) { c.use_ring_of_experts = true; }},
 };
 
 class DistLayerMpi : public ::testing::TestWithParam<Case> {};

@@ -57,7 +57,7 @@ TEST_F(ConfigCliValidate, InvalidConfigNamesEveryProblem) {
   for (const char* needle : {"moe: error: unknown config key 'num_expert' (did you mean 'num_experts'?)",
                              "moe: error: capacity_factor must be -1", "'tensor_core'",
                              "moe: error: steps: bad value '1.5' (expected an integer)",
-                             "moe: error: use_ring_of_experts=true: not implemented yet"})
+                             "moe: error: When expert_parallelism is 1, use_ring_of_experts must be false"})
     EXPECT_NE(r.err.find(needle), std::string::npos) << needle << "\n" << r.err;
   EXPECT_EQ(r.out.find("num_experts_per_tok"), std::string::npos) << "no table for an invalid config";
 }

@@ -259,27 +259,17 @@ TEST(ConfigOffload, RulesInTheConfig) {
   EXPECT_TRUE(problems_of(kBase, {"moe_offload_targets= , ", "side_engine_threads=0"}).empty());
 }
 
-TEST(ConfigGates, EachUnimplementedFeatureIsRejected) {
-  const std::vector<std::pair<std::string, std::string>> cases{
-      {"use_ring_of_experts=true", "use_ring_of_experts=true: not implemented yet"},
-  };
-  for (const auto& [override, message] : cases) {
-    EXPECT_PROBLEM(problems_of(kBase, {override}), message);
-    Config c = parse_config(kBase, "t", {}).config;
-    EXPECT_TRUE(not_yet_implemented(c).empty());
-  }
-  // Landed features pass the gates.
+TEST(ConfigFeatures, EveryFeatureKeyIsAccepted) {
   EXPECT_TRUE(problems_of(kBase, {"moe_split_expert_weight_layout=true", "prefuse_moe_weights=true",
                                   "moe_permute_kernel=fused", "moe_combine_kernel=reference",
                                   "moe_offload_targets=all", "expert_parallelism=2", "fsdp_parallelism=-1",
-                                  "num_moe_token_chunks=2", "shard_exp_on_fsdp=true"})
+                                  "num_moe_token_chunks=2", "shard_exp_on_fsdp=true", "use_ring_of_experts=true"})
                   .empty());
 }
 
-TEST(ConfigGates, RuleViolationsAreReportedToo) {
+TEST(ConfigRules, FeatureRules) {
   auto p = problems_of(kBase, {"use_ring_of_experts=true"});
   EXPECT_PROBLEM(p, "When expert_parallelism is 1, use_ring_of_experts must be false");
-  EXPECT_PROBLEM(p, "use_ring_of_experts=true: not implemented yet");
   p = problems_of(kBase, {"moe_split_expert_weight_layout=true"});
   EXPECT_PROBLEM(p, "requires prefuse_moe_weights=true");
 }
@@ -301,7 +291,7 @@ TEST(ConfigErrors, AllProblemsReportedAtOnce) {
   EXPECT_PROBLEM(p, "emb_dim: bad value '1.5'");
   EXPECT_PROBLEM(p, "capacity_factor must be -1");
   EXPECT_PROBLEM(p, "unknown target 'tensor_core'");
-  EXPECT_PROBLEM(p, "use_ring_of_experts=true: not implemented yet");
+  EXPECT_PROBLEM(p, "When expert_parallelism is 1, use_ring_of_experts must be false");
   EXPECT_EQ(find(p, "emb_dim is required"), -1) << "a bad value is reported once";
 }
 
