@@ -90,7 +90,9 @@ TEST(CheckVariants, SelectionAddsCounterpartsAndNamesUnknowns) {
   EXPECT_EQ(v[1].name, "fsdp2_ep2_explicit");
   EXPECT_THROW(select_variants({"nope"}), Error);
   for (const VariantSpec& s : all_variants())
-    if (!s.counterpart.empty()) EXPECT_EQ(select_variants({s.name}).size(), 2u) << s.name;
+    if (!s.counterpart.empty()) {
+      EXPECT_EQ(select_variants({s.name}).size(), 2u) << s.name;
+    }
 }
 
 }  // namespace
