@@ -7,6 +7,7 @@
 namespace moe::cli {
 
 void add_bench(CLI::App& app);
+void add_check(CLI::App& app);
 void add_convert(CLI::App& app);
 void add_init(CLI::App& app);
 void add_step(CLI::App& app);
@@ -16,6 +17,7 @@ void add_report(CLI::App& app);
 
 inline void register_all(CLI::App& app) {
   add_bench(app);
+  add_check(app);
   add_convert(app);
   add_init(app);
   add_step(app);

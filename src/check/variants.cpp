@@ -1,0 +1,89 @@
+#include "check/variants.h"
+
+#include <algorithm>
+
+namespace moe::check {
+namespace {
+
+using CR = CounterpartRule;
+
+void chunks4(Config& c) { c.num_moe_token_chunks = 4; }
+void reference_kernels(Config& c) { c.moe_permute_kernel = c.moe_combine_kernel = KernelChoice::reference; }
+void split_layout(Config& c) { c.prefuse_moe_weights = c.moe_split_expert_weight_layout = true; }
+void shard_exp(Config& c) { c.shard_exp_on_fsdp = true; }
+void capacity1(Config& c) { c.capacity_factor = 1.0; }
+void ring(Config& c) { c.use_ring_of_experts = true; }
+
+std::vector<VariantSpec> make_variants() {
+  return {
+      {"single", 1, 1, 1, nullptr, false, "", CR::none,
+       "the distributed layer on one rank (the reference itself)"},
+      {"fsdp2", 1, 2, 1, nullptr, false, "", CR::none, "FSDP over 2 ranks, boundary gather"},
+      {"fsdp4", 1, 4, 1, nullptr, false, "", CR::none, "FSDP over 4 ranks, boundary gather"},
+      {"ep2", 1, 1, 2, nullptr, false, "", CR::none, "expert parallelism over 2 ranks (ragged all-to-all)"},
+      {"ep4", 1, 1, 4, nullptr, false, "", CR::none, "expert parallelism over 4 ranks"},
+      {"fsdp2_ep2", 1, 2, 2, nullptr, false, "", CR::none, "FSDP 2 x EP 2"},
+      {"data2_ep2", 2, 1, 2, nullptr, false, "", CR::none, "data parallelism 2 x EP 2"},
+      {"ep2_chunks4", 1, 1, 2, chunks4, false, "ep2", CR::everything, "ep2 in 4 token chunks"},
+      {"ep4_chunks4", 1, 1, 4, chunks4, false, "ep4", CR::everything, "ep4 in 4 token chunks"},
+      {"ep2_reference_kernels", 1, 1, 2, reference_kernels, false, "ep2", CR::activations,
+       "ep2 with moe_permute_kernel/moe_combine_kernel=reference"},
+      {"fsdp2_split", 1, 2, 1, split_layout, false, "", CR::none,
+       "prefused wi in the split layout [2, E, D/2, 2F], E sharded over fsdp 2"},
+      {"fsdp4_split", 1, 4, 1, split_layout, false, "", CR::none, "split layout over fsdp 4"},
+      {"fsdp2_shard_exp", 1, 2, 1, shard_exp, false, "", CR::none,
+       "shard_exp_on_fsdp: E (not D) over fsdp 2"},
+      {"ep2_capacity", 1, 1, 2, capacity1, false, "", CR::none,
+       "ep2 with capacity_factor 1.0 (slots dropped)"},
+      {"fsdp2_explicit", 1, 2, 1, nullptr, true, "fsdp2", CR::everything,
+       "fsdp2 with the explicit FSDP gather plan (what fsdp_all_gather selects)"},
+      {"fsdp4_explicit", 1, 4, 1, nullptr, true, "fsdp4", CR::everything, "fsdp4 with the explicit plan"},
+      {"fsdp2_ep2_explicit", 1, 2, 2, nullptr, true, "fsdp2_ep2", CR::everything,
+       "fsdp2_ep2 with the explicit plan"},
+      {"ep2_ring", 1, 1, 2, ring, false, "", CR::none, "ring of experts over 2 ranks"},
+      {"ep4_ring", 1, 1, 4, ring, false, "", CR::none, "ring of experts over 4 ranks"},
+  };
+}
+
+const VariantSpec* find_variant(const std::string& name) {
+  for (const VariantSpec& v : all_variants())
+    if (v.name == name) return &v;
+  return nullptr;
+}
+
+}  // namespace
+
+const std::vector<VariantSpec>& all_variants() {
+  static const std::vector<VariantSpec> v = make_variants();
+  return v;
+}
+
+std::vector<VariantSpec> select_variants(const std::vector<std::string>& names) {
+  if (names.empty()) return all_variants();
+  std::vector<std::string> want;
+  for (const std::string& n : names) {
+    const VariantSpec* v = find_variant(n);
+    if (!v) {
+      std::string known;
+      for (const VariantSpec& k : all_variants()) known += (known.empty() ? "" : ", ") + k.name;
+      fail("unknown variant '", n, "' (known variants: ", known, ")");
+    }
+    if (!v->counterpart.empty()) want.push_back(v->counterpart);
+    want.push_back(n);
+  }
+  std::vector<VariantSpec> out;
+  for (const VariantSpec& v : all_variants())
+    if (std::find(want.begin(), want.end(), v.name) != want.end()) out.push_back(v);
+  return out;
+}
+
+Config variant_config(const Config& base, const VariantSpec& v) {
+  Config c = base;
+  c.data_parallelism = v.data;
+  c.fsdp_parallelism = v.fsdp;
+  c.expert_parallelism = v.expert;
+  if (v.tweak) v.tweak(c);
+  return c;
+}
+
+}  // namespace moe::check
