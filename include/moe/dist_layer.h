@@ -18,14 +18,18 @@
 #pragma once
 
 #include <memory>
+#include <vector>
 
 #include "moe/config.h"
+#include "moe/dist_runtime.h"
 #include "moe/layer.h"
 #include "moe/mesh.h"
 
 namespace moe {
 
 struct DistForward;
+struct ChunkGrad;
+class StepExec;
 struct DistForwardDeleter {
   void operator()(DistForward* p) const;
 };
@@ -37,6 +41,10 @@ class DistLayer {
   // explicit_fsdp_plan: weight gradients go back by the gather plan's
   // reduce-scatter instead of the boundary all-reduce (bit-identical).
   DistLayer(const Config& cfg, const Mesh& mesh, bool explicit_fsdp_plan = false);
+  // With a runtime: its mesh, its offload plan (fsdp_all_gather live selects
+  // the explicit plan; live targets run their ops on the side engine) and
+  // its step trace. The runtime must outlive the layer.
+  DistLayer(const Config& cfg, const DistRuntime& rt);
 
   // This rank's shards of full weights (as stored: SPEC.md §3).
   LayerWeights shard(const LayerWeights& full) const;
@@ -50,9 +58,17 @@ class DistLayer {
   LayerGrads backward(const DistForward& fwd, const Tensor& dy) const;
 
  private:
+  void forward_a2a(const StepExec& ex, DistForward& f, Tensor& y) const;
+  void forward_ring(const StepExec& ex, DistForward& f, Tensor& y) const;
+  void backward_a2a(const StepExec& ex, const DistForward& f, const Tensor& dy, Tensor& dx, Tensor& dW,
+                    std::vector<ChunkGrad>& cg) const;
+  void backward_ring(const StepExec& ex, const DistForward& f, const Tensor& dy, Tensor& dx, Tensor& dW,
+                     std::vector<ChunkGrad>& cg) const;
+
   const Config& cfg_;
   const Mesh& mesh_;
   bool explicit_plan_;
+  const DistRuntime* rt_;
 };
 
 // Checks the config against a world of `world_size` ranks before any

@@ -71,6 +71,23 @@ LayerWeights shard_weights(const Config& cfg, const Mesh& mesh, const LayerWeigh
   return out;
 }
 
+Tensor gather_weight(const Config& cfg, const Mesh& mesh, const std::string& name, const Tensor& local) {
+  GatherPlan plan = plan_for(cfg, mesh, name, local.ndim());
+  return plan.empty() ? local : gather_by_plan(mesh, local, plan);
+}
+
+bool needs_gather(const Config& cfg, const Mesh& mesh, const std::string& name, int ndim) {
+  return !plan_for(cfg, mesh, name, ndim).empty();
+}
+
+Tensor gather_wi_half(const Config& cfg, const Mesh& mesh, const Tensor& wi, int h) {
+  const int64_t E = cfg.num_experts, D = cfg.emb_dim, F = cfg.moe_mlp_dim;
+  Tensor half = wi.slice_rows(h, h + 1);
+  GatherPlan plan = plan_for(cfg, mesh, "experts.wi", wi.ndim());
+  Tensor full = plan.empty() ? half : gather_by_plan(mesh, half.clone(), plan);
+  return full.reshaped({E / 2, D, 2 * F});  // slice h of [2, E, D/2, 2F] is experts [hE/2, (h+1)E/2)
+}
+
 LayerWeights gather_weights(const Config& cfg, const Mesh& mesh, const LayerWeights& shards) {
   LayerWeights out = shards;
   out.for_each(cfg, [&](const std::string& name, Tensor& t) {
@@ -84,22 +101,34 @@ LayerWeights gather_weights(const Config& cfg, const Mesh& mesh, const LayerWeig
   return out;
 }
 
+Tensor reduce_gradient(const Config& cfg, const Mesh& mesh, const std::string& name, const Tensor& grad,
+                       GatherMode mode) {
+  bool router = name == "router.kernel";
+  auto axes = nontrivial(mesh, router ? std::vector<std::string>{"data", "fsdp", "expert"} : kTokenAxes);
+  ShardSpec rel = relative_spec(stored_spec(cfg, mesh, name), needed_spec(cfg, mesh, name), grad.ndim());
+  bool sharded = false;
+  for (const auto& d : rel) sharded |= !d.empty();
+  if (mode == GatherMode::explicit_plan && sharded) return reduce_to_shard(mesh, grad, rel, axes);
+  Tensor g = grad;
+  if (!axes.empty()) {
+    g = Tensor::empty(DType::f32, grad.shape());
+    mesh.comm(axes).all_reduce_sum(grad.data<float>(), g.data<float>(), size_t(grad.numel()));
+  }
+  return sharded ? local_shard(mesh, g, rel) : g;
+}
+
+bool reduce_moves_data(const Config& cfg, const Mesh& mesh, const std::string& name) {
+  bool router = name == "router.kernel";
+  auto axes = nontrivial(mesh, router ? std::vector<std::string>{"data", "fsdp", "expert"} : kTokenAxes);
+  ShardSpec rel = relative_spec(stored_spec(cfg, mesh, name), needed_spec(cfg, mesh, name), 4);
+  bool sharded = false;
+  for (const auto& d : rel) sharded |= !d.empty();
+  return sharded || !axes.empty();
+}
+
 LayerWeights reduce_gradients(const Config& cfg, const Mesh& mesh, const LayerWeights& grads, GatherMode mode) {
   LayerWeights out = grads;
-  out.for_each(cfg, [&](const std::string& name, Tensor& g) {
-    bool router = name == "router.kernel";
-    auto axes = nontrivial(mesh, router ? std::vector<std::string>{"data", "fsdp", "expert"} : kTokenAxes);
-    ShardSpec rel = relative_spec(stored_spec(cfg, mesh, name), needed_spec(cfg, mesh, name), g.ndim());
-    bool sharded = false;
-    for (const auto& d : rel) sharded |= !d.empty();
-    if (mode == GatherMode::explicit_plan && sharded) return void(g = reduce_to_shard(mesh, g, rel, axes));
-    if (!axes.empty()) {
-      Tensor sum = Tensor::empty(DType::f32, g.shape());
-      mesh.comm(axes).all_reduce_sum(g.data<float>(), sum.data<float>(), size_t(g.numel()));
-      g = sum;
-    }
-    if (sharded) g = local_shard(mesh, g, rel);
-  });
+  out.for_each(cfg, [&](const std::string& name, Tensor& g) { g = reduce_gradient(cfg, mesh, name, g, mode); });
   return out;
 }
 

@@ -36,6 +36,19 @@ enum class GatherMode { boundary, explicit_plan };
 // Weights in the needed layout, cast to cfg.dtype before they move (router stays f32).
 LayerWeights gather_weights(const Config& cfg, const Mesh& mesh, const LayerWeights& shards);
 
+// One expert weight's shard (already cast) gathered to the needed layout
+// (no collective when the plan is empty: needs_gather is false).
+Tensor gather_weight(const Config& cfg, const Mesh& mesh, const std::string& name, const Tensor& local);
+bool needs_gather(const Config& cfg, const Mesh& mesh, const std::string& name, int ndim);
+// Split layout: expert half h of the (cast) wi shard, gathered alone -> [E/2, D, 2F].
+Tensor gather_wi_half(const Config& cfg, const Mesh& mesh, const Tensor& wi, int h);
+
+// One weight's gradient (needed layout, f32) -> its stored shard's gradient.
+Tensor reduce_gradient(const Config& cfg, const Mesh& mesh, const std::string& name, const Tensor& grad,
+                       GatherMode mode);
+// Whether reduce_gradient moves any data for this weight.
+bool reduce_moves_data(const Config& cfg, const Mesh& mesh, const std::string& name);
+
 // f32 gradients in the needed layout -> gradients of the stored shards, summed
 // over every rank that holds a partial (router: all ranks; experts: the data
 // and fsdp axes), in world rank order.

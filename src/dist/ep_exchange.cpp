@@ -69,31 +69,44 @@ EpExchange plan_exchange(Communicator& comm, const GroupLayout& groups, int64_t 
   return ex;
 }
 
-Tensor ep_dispatch(Communicator& comm, const EpExchange& ex, const Tensor& xs) {
-  if (ex.identity()) return xs;
-  const size_t rb = size_t(xs.dim(1)) * dtype_size(xs.dtype());
+Tensor ep_send(Communicator& comm, const EpExchange& ex, const Tensor& xs) {
   Tensor buf(xs.dtype(), {ex.buffer_rows, xs.dim(1)});
-  comm.all_to_allv(xs.raw(), buf.raw(), ex.dispatch, rb);
-  Tensor xl(xs.dtype(), {ex.buffer_rows, xs.dim(1)});
+  comm.all_to_allv(xs.raw(), buf.raw(), ex.dispatch, size_t(xs.dim(1)) * dtype_size(xs.dtype()));
+  return buf;
+}
+
+Tensor ep_sort_local(const EpExchange& ex, const Tensor& buf) {
+  const size_t rb = size_t(buf.dim(1)) * dtype_size(buf.dtype());
+  Tensor xl(buf.dtype(), {ex.buffer_rows, buf.dim(1)});
   gather_rows(static_cast<const std::byte*>(buf.raw()), static_cast<std::byte*>(xl.raw()),
               ex.local.sorted_indices.data(), ex.local_groups.total(), rb);
   return xl;
 }
 
-Tensor ep_return(Communicator& comm, const EpExchange& ex, const Tensor& yl, int64_t routed_rows) {
-  if (ex.identity()) return yl;
+Tensor ep_unsort_local(const EpExchange& ex, const Tensor& yl) {
   const size_t rb = size_t(yl.dim(1)) * dtype_size(yl.dtype());
   Tensor buf(yl.dtype(), {ex.buffer_rows, yl.dim(1)});
   auto* dst = static_cast<std::byte*>(buf.raw());
   const auto* src = static_cast<const std::byte*>(yl.raw());
-  const int64_t n = ex.local_groups.total();
-  parallel_for(n, 256, [&](int64_t b, int64_t e) {
+  parallel_for(ex.local_groups.total(), 256, [&](int64_t b, int64_t e) {
     for (int64_t r = b; r < e; ++r)
       std::memcpy(dst + size_t(ex.local.sorted_indices[size_t(r)]) * rb, src + size_t(r) * rb, rb);
   });
-  Tensor out(yl.dtype(), {routed_rows, yl.dim(1)});
-  comm.all_to_allv(buf.raw(), out.raw(), ex.combine, rb);
+  return buf;
+}
+
+Tensor ep_send_back(Communicator& comm, const EpExchange& ex, const Tensor& buf, int64_t routed_rows) {
+  Tensor out(buf.dtype(), {routed_rows, buf.dim(1)});
+  comm.all_to_allv(buf.raw(), out.raw(), ex.combine, size_t(buf.dim(1)) * dtype_size(buf.dtype()));
   return out;
+}
+
+Tensor ep_dispatch(Communicator& comm, const EpExchange& ex, const Tensor& xs) {
+  return ex.identity() ? xs : ep_sort_local(ex, ep_send(comm, ex, xs));
+}
+
+Tensor ep_return(Communicator& comm, const EpExchange& ex, const Tensor& yl, int64_t routed_rows) {
+  return ex.identity() ? yl : ep_send_back(comm, ex, ep_unsort_local(ex, yl), routed_rows);
 }
 
 }  // namespace moe

@@ -34,11 +34,20 @@ struct EpExchange {
 EpExchange plan_exchange(Communicator& ep_comm, const GroupLayout& groups, int64_t num_experts, int64_t routed_rows,
                          double buffer_factor);
 
-// xs [R_l, D] sorted by global expert -> xl [buffer_rows, D] sorted by local expert (one A2A).
-Tensor ep_dispatch(Communicator& ep_comm, const EpExchange& ex, const Tensor& xs);
+// The exchange in four steps, so the all-to-alls (side engine when offloaded)
+// and the row movement (compute pool) can run on different threads:
+// xs [R_l, D] sorted by global expert -> receive buffer [buffer_rows, D] (one A2A).
+Tensor ep_send(Communicator& ep_comm, const EpExchange& ex, const Tensor& xs);
+// Receive buffer -> xl [buffer_rows, D] sorted by local expert (row gather).
+Tensor ep_sort_local(const EpExchange& ex, const Tensor& buf);
+// yl sorted by local expert -> buffer order (row scatter).
+Tensor ep_unsort_local(const EpExchange& ex, const Tensor& yl);
+// Buffer -> [R_l, D] in this rank's sorted order (one A2A); rows a capped
+// buffer dropped come back as zeros.
+Tensor ep_send_back(Communicator& ep_comm, const EpExchange& ex, const Tensor& buf, int64_t routed_rows);
 
-// yl [buffer_rows, D] sorted by local expert -> [R_l, D] in this rank's sorted order (one A2A).
-// Rows a capped buffer dropped come back as zeros.
+// Both halves of each direction (identity with one expert rank).
+Tensor ep_dispatch(Communicator& ep_comm, const EpExchange& ex, const Tensor& xs);
 Tensor ep_return(Communicator& ep_comm, const EpExchange& ex, const Tensor& yl, int64_t routed_rows);
 
 }  // namespace moe

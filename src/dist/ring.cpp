@@ -10,22 +10,6 @@
 namespace moe {
 namespace {
 
-// Tiled all-gather of rows: [n, ...] per rank -> [EP*n, ...] in rank order (one AG).
-Tensor gather_rows_over(Communicator& comm, const Tensor& t) {
-  Shape s = t.shape();
-  s[0] *= comm.size();
-  Tensor out = Tensor::empty(t.dtype(), s);
-  comm.all_gather(t.raw(), out.raw(), t.nbytes());
-  return out;
-}
-
-// Deterministic reduce-scatter of f32 rows [EP*n, C] -> [n, C] (one RS).
-Tensor reduce_scatter_rows(Communicator& comm, const Tensor& t) {
-  Tensor out = Tensor::empty(DType::f32, {t.dim(0) / comm.size(), t.dim(1)});
-  comm.reduce_scatter_sum(t.data<float>(), out.data<float>(), size_t(out.numel()));
-  return out;
-}
-
 // Per slot: (rolled expert id, weight bits, kept) -> one AG of 3 int32 per slot.
 struct GatheredRouting {
   std::vector<int32_t> idx;
@@ -90,44 +74,56 @@ void combine_partial(const Tensor& ys, const Tensor& w, const Routing& rt, int64
 
 }  // namespace
 
-RingState ring_forward(const Config& cfg, Communicator& ep, const FfnWeights& w, const Tensor& x_c,
-                       const int32_t* idx_c, const Tensor& w_c, const std::vector<uint8_t>& keep, Tensor& y_c) {
-  const int64_t K = cfg.num_experts_per_tok, E = cfg.num_experts, D = cfg.emb_dim;
-  const int64_t El = E / ep.size();
-  RingState st;
-  Tensor xg = gather_rows_over(ep, x_c);
+Tensor gather_rows_over(Communicator& comm, const Tensor& t) {
+  Shape s = t.shape();
+  s[0] *= comm.size();
+  Tensor out = Tensor::empty(t.dtype(), s);
+  comm.all_gather(t.raw(), out.raw(), t.nbytes());
+  return out;
+}
+
+Tensor reduce_scatter_rows(Communicator& comm, const Tensor& t) {
+  Tensor out = Tensor::empty(DType::f32, {t.dim(0) / comm.size(), t.dim(1)});
+  comm.reduce_scatter_sum(t.data<float>(), out.data<float>(), size_t(out.numel()));
+  return out;
+}
+
+void ring_gather(Communicator& ep, int64_t E, const Tensor& x_c, const int32_t* idx_c, const Tensor& w_c,
+                 const std::vector<uint8_t>& keep, RingState& st) {
+  st.xg = gather_rows_over(ep, x_c);
   GatheredRouting g = gather_routing(ep, idx_c, w_c, keep, E);
-  const int64_t Tg = xg.dim(0);
-  st.routing = compute_routing_masked(g.idx.data(), Tg, K, E, g.keep.data());
+  st.idx = std::move(g.idx);
+  st.keep = std::move(g.keep);
   st.wg = g.w;
-  st.ex = local_layout(st.routing, g.idx, g.keep, ep.size(), El);
+}
+
+Tensor ring_compute(const Config& cfg, int ep_size, const FfnWeights& w, RingState& st) {
+  const int64_t K = cfg.num_experts_per_tok, E = cfg.num_experts, D = cfg.emb_dim;
+  const int64_t Tg = st.xg.dim(0);
+  st.routing = compute_routing_masked(st.idx.data(), Tg, K, E, st.keep.data());
+  st.ex = local_layout(st.routing, st.idx, st.keep, ep_size, E / ep_size);
   st.xs = Tensor::empty(cfg.dtype, {Tg * K, D});
-  permute(cfg.moe_permute_kernel, xg, st.routing, st.xs);
+  permute(cfg.moe_permute_kernel, st.xg, st.routing, st.xs);
   st.act = ffn_forward(cfg, w, st.xs, st.ex.local_groups);
   Tensor partial = Tensor::empty(DType::f32, {Tg, D});
   if (cfg.dtype == DType::bf16)
     combine_partial<bf16>(st.act.ys, st.wg, st.routing, st.ex.local_groups.total(), partial);
   else
     combine_partial<float>(st.act.ys, st.wg, st.routing, st.ex.local_groups.total(), partial);
-  Tensor sum = reduce_scatter_rows(ep, partial);
-  Tensor rounded = sum.to(cfg.dtype);
-  std::memcpy(y_c.raw(), rounded.raw(), y_c.nbytes());
-  return st;
+  return partial;
 }
 
-void ring_backward(const Config& cfg, Communicator& ep, const FfnWeights& w, const RingState& st, const Tensor& dy_c,
-                   Tensor& dx_c, Tensor& dW_c, FfnGradInputs& keep) {
-  const int64_t K = cfg.num_experts_per_tok, D = cfg.emb_dim;
-  Tensor dyg = gather_rows_over(ep, dy_c);
-  const int64_t Tg = dyg.dim(0);
-  Tensor dys = Tensor::empty(cfg.dtype, {Tg * K, D}), dWg = Tensor::empty(DType::f32, {Tg, K});
-  combine_backward(cfg.moe_combine_kernel, dyg, st.act.ys, st.wg, st.routing, dys, dWg);
+RingGrads ring_backward_compute(const Config& cfg, const FfnWeights& w, const RingState& st, const Tensor& dyg,
+                                FfnGradInputs& keep) {
+  const int64_t K = cfg.num_experts_per_tok, D = cfg.emb_dim, Tg = dyg.dim(0);
+  Tensor dys = Tensor::empty(cfg.dtype, {Tg * K, D});
+  RingGrads g;
+  g.dW = Tensor::empty(DType::f32, {Tg, K});
+  combine_backward(cfg.moe_combine_kernel, dyg, st.act.ys, st.wg, st.routing, dys, g.dW);
   Tensor dxs = ffn_backward_data(cfg, w, st.xs, st.act, dys, st.ex.local_groups, keep);
-  Tensor dxp = Tensor::empty(DType::f32, {Tg, D});
-  permute_backward(cfg.moe_permute_kernel, dxs, st.routing, dxp);
-  Tensor dx = reduce_scatter_rows(ep, dxp), dW = reduce_scatter_rows(ep, dWg);
-  std::memcpy(dx_c.raw(), dx.raw(), dx_c.nbytes());
-  std::memcpy(dW_c.raw(), dW.raw(), dW_c.nbytes());
+  g.dx = Tensor::empty(DType::f32, {Tg, D});
+  permute_backward(cfg.moe_permute_kernel, dxs, st.routing, g.dx);
+  return g;
 }
 
 }  // namespace moe

@@ -19,19 +19,36 @@
 namespace moe {
 
 struct RingState {
-  Routing routing;  // over the gathered tokens, expert ids rolled so this rank's experts come first
-  Tensor xs;        // [EP*Tc*K, D] gathered rows in that order
-  Tensor wg;        // [EP*Tc, K] gathered combine weights
-  EpExchange ex;    // local_groups and rows_from of the local experts (for the weight gradients)
+  Tensor xg;                  // [EP*Tc, D] gathered tokens
+  std::vector<int32_t> idx;   // [EP*Tc*K] gathered expert ids, rolled so this rank's experts come first
+  std::vector<uint8_t> keep;  // [EP*Tc*K] kept slots (decided by each token's own rank)
+  Tensor wg;                  // [EP*Tc, K] gathered combine weights
+  Routing routing;            // over the gathered tokens
+  Tensor xs;                  // [EP*Tc*K, D] gathered rows in that order
+  EpExchange ex;              // local_groups and rows_from of the local experts (for the weight gradients)
   FfnActivations act;
+  Tensor ysum;                // [Tc, D] f32: this rank's tokens' outputs after the reduce-scatter
 };
 
-// x_c [Tc, D] dtype, idx_c / w_c [Tc, K], keep: this rank's kept slots. Writes y_c [Tc, D] (dtype).
-RingState ring_forward(const Config& cfg, Communicator& ep, const FfnWeights& w, const Tensor& x_c,
-                       const int32_t* idx_c, const Tensor& w_c, const std::vector<uint8_t>& keep, Tensor& y_c);
+// Tiled all-gather of rows over `comm` ([n, ...] -> [size*n, ...], one AG).
+Tensor gather_rows_over(Communicator& comm, const Tensor& t);
+// Deterministic reduce-scatter of f32 rows ([size*n, C] -> [n, C], one RS).
+Tensor reduce_scatter_rows(Communicator& comm, const Tensor& t);
 
-// dy_c [Tc, D]: writes dx_c [Tc, D] f32 (the MoE part) and dW_c [Tc, K] f32; fills `keep`.
-void ring_backward(const Config& cfg, Communicator& ep, const FfnWeights& w, const RingState& st,
-                   const Tensor& dy_c, Tensor& dx_c, Tensor& dW_c, FfnGradInputs& keep);
+// Forward, in three phases (the collectives can run on the side engine):
+// gather the chunk's tokens and routing (two AGs) ...
+void ring_gather(Communicator& ep, int64_t num_experts, const Tensor& x_c, const int32_t* idx_c, const Tensor& w_c,
+                 const std::vector<uint8_t>& keep, RingState& st);
+// ... route, permute, run the local experts and combine into partial f32 outputs
+// of every gathered token [EP*Tc, D] (then reduce_scatter_rows into st.ysum).
+Tensor ring_compute(const Config& cfg, int ep_size, const FfnWeights& w, RingState& st);
+
+// Backward on gathered dy [EP*Tc, D]: partial dx [EP*Tc, D] f32 and dW [EP*Tc, K] f32
+// (then reduce_scatter_rows each); fills `keep` for the weight gradients.
+struct RingGrads {
+  Tensor dx, dW;
+};
+RingGrads ring_backward_compute(const Config& cfg, const FfnWeights& w, const RingState& st, const Tensor& dyg,
+                                FfnGradInputs& keep);
 
 }  // namespace moe

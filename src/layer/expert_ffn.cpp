@@ -35,8 +35,13 @@ std::pair<Tensor, Tensor> halves(const Tensor& t) {
 // Up projection with the fused weight: one grouped GEMM, or in the split
 // layout two chained ones (experts [0, E/2) then [E/2, E)) into the same h.
 void up_fused(const FfnWeights& w, const Tensor& xs, const GroupLayout& g, Tensor& h) {
-  if (!w.split) return gmm(xs, w.wi, g, 0, h);
+  if (!w.split) {
+    w.ready(FfnPart::up);
+    return gmm(xs, w.wi, g, 0, h);
+  }
+  w.ready(FfnPart::up_lo);
   gmm(xs, w.wi_lo, g, 0, h);
+  w.ready(FfnPart::up_hi);
   gmm(xs, w.wi_hi, g, w.wi_lo.dim(0), h);
 }
 
@@ -84,6 +89,7 @@ FfnActivations ffn_forward(const Config& cfg, const FfnWeights& w, const Tensor&
   } else {
     act.h0 = Tensor(dt, {R, F});
     act.h1 = Tensor(dt, {R, F});
+    w.ready(FfnPart::up);
     gmm(xs, w.wi_0, g, 0, act.h0);
     gmm(xs, w.wi_1, g, 0, act.h1);
     v0 = {act.h0, 0, F};
@@ -92,6 +98,7 @@ FfnActivations ffn_forward(const Config& cfg, const FfnWeights& w, const Tensor&
   act.a = Tensor(dt, {R, F});
   gated_act_forward(cfg.mlp_activation, v0, v1, local_rows(w, g), F, act.a);
   act.ys = Tensor(dt, {R, D});
+  w.ready(FfnPart::down);
   gmm(act.a, w.wo, g, 0, act.ys);
   return act;
 }

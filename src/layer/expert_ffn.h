@@ -4,6 +4,8 @@
 // grouped GEMMs over the two expert halves into one shared buffer).
 #pragma once
 
+#include <functional>
+
 #include "kernels/grouped_gemm.h"
 #include "moe/config.h"
 #include "moe/layer.h"
@@ -13,10 +15,19 @@ namespace moe {
 // Expert weights cast to the compute dtype. In the split layout the two
 // expert halves are separate tensors wi_lo, wi_hi [E/2, D, 2F] (each a
 // reshape of one slice of the stored [2, E, D/2, 2F]; never concatenated).
+// `await` (optional) is called before the first use of each part, so weights
+// still in flight (an FSDP gather on the side engine) are waited for as late
+// as possible: in the split layout the second half's gather overlaps the
+// first half's GEMM.
+enum class FfnPart { up, up_lo, up_hi, down };
 struct FfnWeights {
   Tensor wi_0, wi_1, wi, wo;
   Tensor wi_lo, wi_hi;
   bool prefused = false, split = false;
+  std::function<void(FfnPart)> await;
+  void ready(FfnPart p) const {
+    if (await) await(p);
+  }
 };
 FfnWeights ffn_weights(const Config& cfg, const LayerWeights& w);
 

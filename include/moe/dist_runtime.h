@@ -1,0 +1,52 @@
+// What a distributed step runs on beyond its config: the mesh, the offload
+// plan and, when a target is live, the side engine with its own
+// communicators (SPEC.md §6), plus the optional step trace.
+//
+// Thread safety: built and used by one thread (the step's compute thread);
+// the side engine's worker runs the offloaded collectives on the side mesh's
+// communicators, never on the compute mesh's, so the two threads never share
+// a communicator (MPI_THREAD_MULTIPLE is required for that, and the
+// capability table of a backend without it offloads nothing that could
+// overlap a compute-thread collective).
+#pragma once
+
+#include <memory>
+
+#include "moe/comm.h"
+#include "moe/config.h"
+#include "moe/mesh.h"
+#include "moe/offload.h"
+#include "moe/side_engine.h"
+#include "moe/trace.h"
+
+namespace moe {
+
+class DistRuntime {
+ public:
+  // Collective over `world`. The plan comes from the world's capability
+  // (topology_of(world)); `training`: gradients will be computed (the
+  // transposition rule applies). Throws moe::Error for a config the target
+  // cannot run.
+  DistRuntime(const Config& cfg, Communicator& world, bool training);
+  ~DistRuntime();
+
+  const Mesh& mesh() const { return *mesh_; }
+  const ResolvedOffload& offload() const { return offload_; }
+  // Null when no target is live.
+  SideEngine* side() const { return side_.get(); }
+  const Mesh* side_mesh() const { return side_mesh_.get(); }
+  // Null unless enable_trace(true).
+  StepTrace* trace() const { return trace_.get(); }
+  void enable_trace(bool on);
+
+ private:
+  ResolvedOffload offload_;
+  std::unique_ptr<Mesh> mesh_;
+  std::unique_ptr<Communicator> side_world_;
+  std::unique_ptr<Mesh> side_mesh_;
+  std::unique_ptr<SideEngine> side_;
+  std::unique_ptr<StepTrace> trace_;
+  int rank_ = 0;
+};
+
+}  // namespace moe

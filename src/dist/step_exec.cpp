@@ -1,0 +1,51 @@
+#include "dist/step_exec.h"
+
+namespace moe {
+
+StepExec::StepExec(const Mesh& mesh, const DistRuntime* rt) : mesh_(mesh), rt_(rt) {}
+
+Event StepExec::side(std::string name, std::function<void()> fn) const {
+  StepTrace* trace = rt_->trace();
+  CommCounters& counters = mesh_.world().counters();
+  return rt_->side()->submit(name, [trace, &counters, name, fn = std::move(fn)] {
+    TraceScope scope(trace, name, OpEngine::side);
+    counters.add(CollKind::SO, 0);
+    fn();
+  });
+}
+
+Event StepExec::collective(OffloadTarget t, Collective c, std::string name, std::function<void(const Mesh&)> fn) const {
+  if (offloaded(t, c)) {
+    const Mesh* m = rt_->side_mesh();
+    return side(std::move(name), [m, fn = std::move(fn)] { fn(*m); });
+  }
+  compute(name, [&] { fn(mesh_); });
+  return Event();
+}
+
+Event StepExec::index_math(std::string name, std::function<void()> fn) const {
+  if (rt_ && rt_->side() && rt_->offload().is_live(OffloadTarget::ragged_sort)) return side(std::move(name), std::move(fn));
+  compute(name, fn);
+  return Event();
+}
+
+void StepExec::compute(const std::string& name, const std::function<void()>& fn) const {
+  TraceScope scope(rt_ ? rt_->trace() : nullptr, name, OpEngine::compute);
+  fn();
+}
+
+void StepExec::wait(const Event& e) const {
+  if (e.ready()) return e.wait();  // finished (or inline): nothing exposed
+  TraceScope scope(rt_ ? rt_->trace() : nullptr, "wait:" + e.name(), OpEngine::compute);
+  e.wait();
+}
+
+bool StepExec::offloaded(OffloadTarget t, Collective c) const {
+  return rt_ && rt_->side() && rt_->offload().offload(t, c);
+}
+
+bool StepExec::pipelined() const {
+  return rt_ && rt_->side() && rt_->offload().offload(OffloadTarget::ep_collectives, Collective::all_to_all);
+}
+
+}  // namespace moe
