@@ -2,6 +2,7 @@
 
 #include "moe/comm_tensor.h"
 #include "moe/dist_layer.h"
+#include "moe/dist_runtime.h"
 #include "moe/mesh.h"
 
 namespace moe::check {
@@ -16,8 +17,19 @@ std::array<int64_t, kNumCollKinds> read_counts(const CommCounters& c) {
 }  // namespace
 
 StepTensors distributed_step(const Config& cfg, bool explicit_plan, Communicator& comm, const Problem& p) {
-  Mesh mesh(comm, check_parallel_config(cfg, comm.size()));
-  DistLayer layer(cfg, mesh, explicit_plan);
+  // With offload targets the runtime owns the mesh, the side engine and its
+  // communicators; without, a plain mesh (the layer's default path).
+  std::unique_ptr<DistRuntime> rt;
+  std::unique_ptr<Mesh> own_mesh;
+  std::unique_ptr<DistLayer> layer_ptr;
+  if (!cfg.moe_offload_targets.empty()) {
+    rt = std::make_unique<DistRuntime>(cfg, comm, /*training=*/true);
+    layer_ptr = std::make_unique<DistLayer>(cfg, *rt);
+  } else {
+    own_mesh = std::make_unique<Mesh>(comm, check_parallel_config(cfg, comm.size()));
+    layer_ptr = std::make_unique<DistLayer>(cfg, *own_mesh, explicit_plan);
+  }
+  DistLayer& layer = *layer_ptr;
   LayerWeights shards = layer.shard(weights_for(cfg, p.weights));
   const int W = comm.size(), r = comm.rank();
   const int64_t T = p.x.dim(0), t0 = row_begin(T, r, W), t1 = row_begin(T, r + 1, W);

@@ -13,6 +13,15 @@ void split_layout(Config& c) { c.prefuse_moe_weights = c.moe_split_expert_weight
 void shard_exp(Config& c) { c.shard_exp_on_fsdp = true; }
 void capacity1(Config& c) { c.capacity_factor = 1.0; }
 void ring(Config& c) { c.use_ring_of_experts = true; }
+void ring_chunks4(Config& c) { c.use_ring_of_experts = true; c.num_moe_token_chunks = 4; }
+void off_fsdp(Config& c) { c.moe_offload_targets = "fsdp_all_gather"; }
+void off_ep(Config& c) { c.moe_offload_targets = "ep_collectives"; }
+void off_sort(Config& c) { c.moe_offload_targets = "ragged_sort"; }
+void off_all(Config& c) { c.moe_offload_targets = "all"; }
+void chunks4_all(Config& c) { c.num_moe_token_chunks = 4; c.moe_offload_targets = "all"; }
+void ring_all(Config& c) { ring(c); off_all(c); }
+void ring_chunks4_all(Config& c) { ring_chunks4(c); off_all(c); }
+void split_all(Config& c) { split_layout(c); off_all(c); }
 
 std::vector<VariantSpec> make_variants() {
   return {
@@ -42,6 +51,22 @@ std::vector<VariantSpec> make_variants() {
        "fsdp2_ep2 with the explicit plan"},
       {"ep2_ring", 1, 1, 2, ring, false, "", CR::none, "ring of experts over 2 ranks"},
       {"ep4_ring", 1, 1, 4, ring, false, "", CR::none, "ring of experts over 4 ranks"},
+      {"ep4_ring_chunks4", 1, 1, 4, ring_chunks4, false, "ep4_ring", CR::everything, "ring of experts, 4 token chunks"},
+      // The seed's table: every live offload target against offload off, bit for bit.
+      {"fsdp4+fsdp_all_gather", 1, 4, 1, off_fsdp, false, "fsdp4", CR::everything,
+       "fsdp4, weight gathers (explicit plan) and their reduce-scatters on the side engine"},
+      {"fsdp4_split+all", 1, 4, 1, split_all, false, "fsdp4_split", CR::everything,
+       "split layout, each expert half gathered on the side engine while the other half's GEMM runs"},
+      {"ep4+ep_collectives", 1, 1, 4, off_ep, false, "ep4", CR::everything,
+       "ep4, count exchanges and ragged all-to-alls on the side engine"},
+      {"ep4+ragged_sort", 1, 1, 4, off_sort, false, "ep4", CR::everything, "ep4, routing index math on the side engine"},
+      {"ep4+all", 1, 1, 4, off_all, false, "ep4", CR::everything, "ep4, every target live"},
+      {"ep4_chunks4+all", 1, 1, 4, chunks4_all, false, "ep4_chunks4", CR::everything,
+       "ep4, 4 chunks pipelined: a chunk's all-to-alls overlap another's FFN"},
+      {"fsdp2_ep2+all", 1, 2, 2, off_all, false, "fsdp2_ep2", CR::everything, "fsdp2 x ep2, every target live"},
+      {"ep2_ring+all", 1, 1, 2, ring_all, false, "ep2_ring", CR::everything, "ring of experts, every target live"},
+      {"ep4_ring_chunks4+all", 1, 1, 4, ring_chunks4_all, false, "ep4_ring_chunks4", CR::everything,
+       "ring of experts + 4 chunks + every target"},
   };
 }
 

@@ -28,6 +28,7 @@ void issue_weight_gathers(const Config& cfg, const StepExec& ex, const LayerWeig
   const Mesh& mesh = ex.mesh();
   w.prefused = cfg.prefuse_moe_weights;
   w.split = cfg.moe_split_expert_weight_layout;
+  w.experts = cfg.num_experts / mesh.shape().expert;
   auto gather = [&](const char* name, const Tensor& shard, std::function<void(const Mesh&, const Tensor&)> store) {
     Tensor local = shard.to(cfg.dtype);  // cast before the gather: bf16 moves half the bytes
     if (!needs_gather(cfg, mesh, name, local.ndim())) return store(mesh, local), Event();

@@ -10,6 +10,7 @@ FfnWeights ffn_weights(const Config& cfg, const LayerWeights& lw) {
   FfnWeights w;
   w.prefused = cfg.prefuse_moe_weights;
   w.split = cfg.moe_split_expert_weight_layout;
+  w.experts = E;
   if (w.split) {
     Tensor wi = lw.wi.to(cfg.dtype).reshaped({E, D, 2 * F});  // slice h of [2, E, D/2, 2F] is experts [hE/2, (h+1)E/2)
     w.wi_lo = wi.slice_rows(0, E / 2);
@@ -60,7 +61,7 @@ void drhs_fused(const FfnWeights& w, const Tensor& xs, const Tensor& dh, const G
 }
 
 // Rows of the local groups [0, E_l): the rows every elementwise step covers.
-int64_t local_rows(const FfnWeights& w, const GroupLayout& g) { return g.offsets[size_t(w.wo.dim(0))]; }
+int64_t local_rows(const FfnWeights& w, const GroupLayout& g) { return g.offsets[size_t(w.experts)]; }
 
 // dst = round(a + b) over all elements (a, b f32; dst dtype).
 void add_round(const Tensor& a, const Tensor& b, Tensor& dst) {

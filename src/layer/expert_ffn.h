@@ -24,6 +24,7 @@ struct FfnWeights {
   Tensor wi_0, wi_1, wi, wo;
   Tensor wi_lo, wi_hi;
   bool prefused = false, split = false;
+  int64_t experts = 0;  // E_l: experts these weights hold (known before the weights arrive)
   std::function<void(FfnPart)> await;
   void ready(FfnPart p) const {
     if (await) await(p);
@@ -38,7 +39,7 @@ struct FfnActivations {
   Tensor ys;      // [R, D]
 };
 
-// xs: [R, D] dtype; E_l = w.wo.dim(0) local experts (groups may list more:
+// xs: [R, D] dtype; E_l = w.experts local experts (groups may list more:
 // only the first E_l are computed). Rows past them in every output are zero.
 FfnActivations ffn_forward(const Config& cfg, const FfnWeights& w, const Tensor& xs, const GroupLayout& groups);
 
@@ -53,7 +54,7 @@ struct FfnGradInputs {
 Tensor ffn_backward_data(const Config& cfg, const FfnWeights& w, const Tensor& xs, const FfnActivations& act,
                          const Tensor& dys, const GroupLayout& groups, FfnGradInputs& keep);
 
-// f32 weight gradients (names as LayerWeights; E_l = w.wo.dim(0) experts)
+// f32 weight gradients (names as LayerWeights; E_l = w.experts experts)
 // from the kept rows: dwo = a^T dys, dwi = xs^T dh per group.
 void ffn_weight_grads(const FfnWeights& w, const FfnGradInputs& in, const GroupLayout& groups, LayerWeights& grads);
 
