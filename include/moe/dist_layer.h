@@ -40,7 +40,8 @@ class DistLayer {
   // REQUIRES: mesh.shape() matches the config's parallelism.
   // explicit_fsdp_plan: weight gradients go back by the gather plan's
   // reduce-scatter instead of the boundary all-reduce (bit-identical).
-  DistLayer(const Config& cfg, const Mesh& mesh, bool explicit_fsdp_plan = false);
+  // trace (optional): every op of each step is recorded there.
+  DistLayer(const Config& cfg, const Mesh& mesh, bool explicit_fsdp_plan = false, StepTrace* trace = nullptr);
   // With a runtime: its mesh, its offload plan (fsdp_all_gather live selects
   // the explicit plan; live targets run their ops on the side engine) and
   // its step trace. The runtime must outlive the layer.
@@ -69,6 +70,7 @@ class DistLayer {
   const Mesh& mesh_;
   bool explicit_plan_;
   const DistRuntime* rt_;
+  StepTrace* trace_;
 };
 
 // Checks the config against a world of `world_size` ranks before any

@@ -61,7 +61,7 @@ Tensor merge_rows(const std::vector<FfnGradInputs>& keeps, const std::vector<Seg
 
 LayerGrads DistLayer::backward(const DistForward& f, const Tensor& dy_in) const {
   if (dy_in.shape() != f.x.shape()) fail("dy: expected shape ", shape_str(f.x.shape()), ", got ", shape_str(dy_in.shape()));
-  const StepExec ex(mesh_, rt_);
+  const StepExec ex(mesh_, rt_, rt_ ? rt_->trace() : trace_);
   const int64_t T = f.x.dim(0), K = cfg_.num_experts_per_tok, D = cfg_.emb_dim;
   const Tensor dy = dy_in.to(cfg_.dtype);
   LayerGrads g;

@@ -70,7 +70,7 @@ DistForwardPtr DistLayer::forward(const LayerWeights& shards, const Tensor& x_in
   if (x_in.ndim() != 2 || x_in.dim(1) != cfg_.emb_dim)
     fail("x: expected shape [T, ", cfg_.emb_dim, "], got ", shape_str(x_in.shape()));
   const int64_t T = x_in.dim(0), K = cfg_.num_experts_per_tok, E = cfg_.num_experts, D = cfg_.emb_dim;
-  const StepExec ex(mesh_, rt_);
+  const StepExec ex(mesh_, rt_, rt_ ? rt_->trace() : trace_);
   DistForwardPtr f(new DistForward);
   issue_weight_gathers(cfg_, ex, shards, f->ffn, f->weights);
   ex.compute("router", [&] {

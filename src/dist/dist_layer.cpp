@@ -70,11 +70,15 @@ MeshShape check_parallel_config(const Config& cfg, int world_size) {
   return m;
 }
 
-DistLayer::DistLayer(const Config& cfg, const Mesh& mesh, bool explicit_fsdp_plan)
-    : cfg_(cfg), mesh_(mesh), explicit_plan_(explicit_fsdp_plan), rt_(nullptr) {}
+DistLayer::DistLayer(const Config& cfg, const Mesh& mesh, bool explicit_fsdp_plan, StepTrace* trace)
+    : cfg_(cfg), mesh_(mesh), explicit_plan_(explicit_fsdp_plan), rt_(nullptr), trace_(trace) {}
 
 DistLayer::DistLayer(const Config& cfg, const DistRuntime& rt)
-    : cfg_(cfg), mesh_(rt.mesh()), explicit_plan_(rt.offload().is_live(OffloadTarget::fsdp_all_gather)), rt_(&rt) {}
+    : cfg_(cfg),
+      mesh_(rt.mesh()),
+      explicit_plan_(rt.offload().is_live(OffloadTarget::fsdp_all_gather)),
+      rt_(&rt),
+      trace_(nullptr) {}
 
 LayerWeights DistLayer::shard(const LayerWeights& full) const { return shard_weights(cfg_, mesh_, full); }
 

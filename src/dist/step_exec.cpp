@@ -2,10 +2,10 @@
 
 namespace moe {
 
-StepExec::StepExec(const Mesh& mesh, const DistRuntime* rt) : mesh_(mesh), rt_(rt) {}
+StepExec::StepExec(const Mesh& mesh, const DistRuntime* rt, StepTrace* trace) : mesh_(mesh), rt_(rt), trace_(trace) {}
 
 Event StepExec::side(std::string name, std::function<void()> fn) const {
-  StepTrace* trace = rt_->trace();
+  StepTrace* trace = trace_;
   CommCounters& counters = mesh_.world().counters();
   return rt_->side()->submit(name, [trace, &counters, name, fn = std::move(fn)] {
     TraceScope scope(trace, name, OpEngine::side);
@@ -30,13 +30,13 @@ Event StepExec::index_math(std::string name, std::function<void()> fn) const {
 }
 
 void StepExec::compute(const std::string& name, const std::function<void()>& fn) const {
-  TraceScope scope(rt_ ? rt_->trace() : nullptr, name, OpEngine::compute);
+  TraceScope scope(trace_, name, OpEngine::compute);
   fn();
 }
 
 void StepExec::wait(const Event& e) const {
   if (e.ready()) return e.wait();  // finished (or inline): nothing exposed
-  TraceScope scope(rt_ ? rt_->trace() : nullptr, "wait:" + e.name(), OpEngine::compute);
+  TraceScope scope(trace_, "wait:" + e.name(), OpEngine::compute);
   e.wait();
 }
 

@@ -15,7 +15,8 @@ namespace moe {
 
 class StepExec {
  public:
-  StepExec(const Mesh& mesh, const DistRuntime* rt);
+  // rt: offload plan and side engine (null: everything inline); trace: optional.
+  StepExec(const Mesh& mesh, const DistRuntime* rt, StepTrace* trace);
 
   // fn(mesh) issues the collective(s) on the given mesh's communicators.
   Event collective(OffloadTarget t, Collective c, std::string name, std::function<void(const Mesh&)> fn) const;
@@ -38,6 +39,7 @@ class StepExec {
   Event side(std::string name, std::function<void()> fn) const;
   const Mesh& mesh_;
   const DistRuntime* rt_;
+  StepTrace* trace_;
 };
 
 }  // namespace moe
