@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <cmath>
+#include <random>
 
 #include "moe/tensor.h"
 #include "moe/thread_pool.h"
@@ -78,4 +79,19 @@ TEST(ThreadPool, CoversRangeOnceAndRethrows) {
   EXPECT_EQ(total.load(), 100);
 }
 
+}  // namespace moe
+
+namespace moe {
+// The vectorized f32 -> bf16 conversion of Tensor::to gives the bits of the
+// scalar to_bf16 for every pattern: random bits, NaNs, infinities, denormals.
+TEST(Tensor, BulkBf16ConversionMatchesScalar) {
+  std::mt19937 rng(7);
+  Tensor t = Tensor::empty(DType::f32, {1 << 18});
+  auto* u = static_cast<uint32_t*>(t.raw());
+  for (int64_t i = 0; i < t.numel(); ++i) u[i] = rng();
+  const uint32_t special[] = {0x7f800001u, 0x7fffffffu, 0xff800000u, 0x7f800000u, 0x00000001u, 0x807fffffu, 0x3f808000u};
+  std::copy(std::begin(special), std::end(special), u);
+  Tensor b = t.to(DType::bf16);
+  for (int64_t i = 0; i < t.numel(); ++i) ASSERT_EQ(b.data<bf16>()[i].bits, to_bf16(t.data<float>()[i]).bits) << i;
+}
 }  // namespace moe
