@@ -42,12 +42,13 @@ inline uint32_t f32_to_bits(float f) {
   return u;
 }
 
-// Round-to-nearest-even f32 -> bf16.
+// Round-to-nearest-even f32 -> bf16. Branch-free (a select), so loops over
+// rows vectorize; a NaN stays a quiet NaN.
 inline bf16 to_bf16(float f) {
   uint32_t u = f32_to_bits(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return bf16{uint16_t((u >> 16) | 0x40u)};  // NaN: keep quiet
-  uint32_t rounding_bias = 0x7fffu + ((u >> 16) & 1u);
-  return bf16{uint16_t((u + rounding_bias) >> 16)};
+  uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  uint32_t quiet_nan = (u >> 16) | 0x40u;
+  return bf16{uint16_t((u & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded)};
 }
 inline float to_f32(bf16 h) { return bits_to_f32(uint32_t(h.bits) << 16); }
 // Round a float to the nearest bf16 value, kept in f32.
