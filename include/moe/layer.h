@@ -17,6 +17,8 @@
 
 namespace moe {
 
+class StepTrace;
+
 // Parameters of one layer, in their stored dtype (weight_dtype or the file's
 // own). Unused fields stay undefined: wi_0/wi_1 without prefuse, wi with it.
 struct LayerWeights {
@@ -52,10 +54,10 @@ struct LayerForwardDeleter {
 using LayerForwardPtr = std::unique_ptr<LayerForward, LayerForwardDeleter>;
 
 struct LayerOutputs {
-  Tensor y;             // [T, D] dtype
-  Tensor topk_idx;      // [T, K] i32
-  Tensor topk_weights;  // [T, K] f32
-  Tensor group_sizes;   // [E] i32 rows kept per expert
+  Tensor y;                        // [T, D] dtype
+  Tensor topk_idx;                 // [T, K] i32
+  Tensor topk_weights;             // [T, K] f32
+  Tensor group_sizes;              // [E] i32 rows kept per expert
   float load_balance_loss = 0.0f;  // already weighted
   float z_loss = 0.0f;             // already weighted
   int64_t dropped = 0;             // slots dropped by capacity
@@ -67,8 +69,12 @@ struct LayerGrads {
 };
 
 // x: [T, D] any float dtype (cast to cfg.dtype); forced_idx: optional [T, K] i32.
-LayerForwardPtr layer_forward(const Config& cfg, const LayerWeights& w, const Tensor& x, const Tensor* forced_idx,
-                              LayerOutputs& out);
+// trace (optional, must outlive the backward): the forward's and the backward's
+// ops are recorded there under the distributed layer's names ("router",
+// "sort", "permute", "ffn", "combine", "combine_backward", "ffn_backward",
+// "permute_backward", "router_backward").
+LayerForwardPtr layer_forward(const Config& cfg, const LayerWeights& w, const Tensor& x,
+                              const Tensor* forced_idx, LayerOutputs& out, StepTrace* trace = nullptr);
 
 // Backward of L = sum(y * dy) + the weighted aux losses. dy: [T, D] any float dtype.
 LayerGrads layer_backward(const Config& cfg, const LayerForward& fwd, const Tensor& dy);

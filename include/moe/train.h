@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "moe/comm.h"
 #include "moe/config.h"
 #include "moe/error.h"
 
@@ -26,7 +27,9 @@ struct StepMetrics {
   double lr = 0, grad_norm = 0;  // grad_norm: before clipping
   double step_ms = 0, tokens_per_s = 0;
   int64_t tokens = 0, dropped = 0;
-  int64_t collective_bytes = 0;             // bytes moved by gradient/loss collectives (0 on one process)
+  // Bytes of every counted collective of the step on this rank (0 on one
+  // process); SO: ops the side engine ran in the step (0 without offload).
+  int64_t collective_bytes = 0, side_ops = 0;
   std::vector<double> load_max, load_mean;  // per layer: tokens of the busiest expert, mean per expert
 };
 
@@ -41,9 +44,17 @@ struct TrainSummary {
   // optimizer (clip + AdamW), other. The MoE layer is timed as a whole.
   double ms_data = 0, ms_teacher = 0, ms_norm = 0, ms_moe_forward = 0, ms_moe_backward = 0, ms_optimizer = 0,
          ms_other = 0;
-  double load_balance = 0;        // max/mean tokens per expert, averaged over steps and layers
-  double fraction_of_dense = -1;  // of the dense GEMM peak; < 0: not measured yet ("n/a")
-  std::string last_checkpoint;    // "" when none was written
+  // The same steps by kind of work, from the step trace (src/train/time_split.h):
+  // expert GEMMs, permute/combine (with routing index math), router, exposed
+  // communication, and the rest of the step (norms, loss, optimizer, data).
+  double ms_gemm = 0, ms_permute_combine = 0, ms_router = 0, ms_exposed_comm = 0, ms_rest = 0;
+  double load_balance = 0;  // max/mean tokens per expert, averaged over steps and layers
+  int ranks = 1;
+  // One rank's dense GEMM [R_l, D] x [D, 3F] (R_l = rows per rank), measured
+  // after the steps; fraction_of_dense = (gflops / ranks) / dense_gflops, < 0:
+  // not measured ("n/a").
+  double dense_gflops = 0, fraction_of_dense = -1;
+  std::string last_checkpoint;  // "" when none was written
 };
 
 // A run stopped because the loss or the gradients became non-finite. The
@@ -58,6 +69,12 @@ struct TrainOptions {
   int64_t stop_at = -1;    // stop after this step (checkpointing it); -1: run to cfg.steps
   std::function<void(const StepMetrics&)> on_step;  // progress display
   std::function<void(const std::string&)> log;      // informational lines (resume, checkpoints)
+  // Null: one process. Else the world to train over with the distributed
+  // layer (docs/training.md "Distributed training"); the callbacks and the
+  // metrics file then run on rank 0 only, and rank 0 reads and writes the
+  // checkpoints (whole tensors).
+  Communicator* comm = nullptr;
+  bool measure_dense = true;  // measure the dense GEMM baseline after the steps
 };
 
 // Runs (or resumes) training. Throws moe::Error for bad input (config,

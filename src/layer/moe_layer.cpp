@@ -4,6 +4,7 @@
 #include "kernels/permute.h"
 #include "layer/expert_ffn.h"
 #include "moe/layer.h"
+#include "moe/trace.h"
 #include "route/aux_loss.h"
 #include "route/router.h"
 #include "route/routing.h"
@@ -11,7 +12,7 @@
 namespace moe {
 
 struct LayerForward {
-  Tensor x;  // [T, D] dtype
+  Tensor x;              // [T, D] dtype
   Tensor router_kernel;  // [D, E] f32
   RouterOutput router;
   Routing routing;
@@ -19,6 +20,7 @@ struct LayerForward {
   FfnWeights ffn_w;
   Tensor xs;  // [R, D]
   FfnActivations ffn;
+  StepTrace* trace = nullptr;  // optional
 };
 
 void LayerForwardDeleter::operator()(LayerForward* p) const { delete p; }
@@ -26,7 +28,8 @@ void LayerForwardDeleter::operator()(LayerForward* p) const { delete p; }
 namespace {
 void check_tokens(const Config& cfg, const Tensor& t, const char* what) {
   if (t.ndim() != 2 || t.dim(1) != cfg.emb_dim)
-    fail(what, ": expected shape [T, ", cfg.emb_dim, "] (emb_dim = ", cfg.emb_dim, "), got ", shape_str(t.shape()));
+    fail(what, ": expected shape [T, ", cfg.emb_dim, "] (emb_dim = ", cfg.emb_dim, "), got ",
+         shape_str(t.shape()));
   if (!is_float(t.dtype())) fail(what, ": expected a float dtype, got ", dtype_name(t.dtype()));
 }
 
@@ -37,23 +40,43 @@ Tensor group_sizes_i32(const GroupLayout& g) {
 }
 }  // namespace
 
-LayerForwardPtr layer_forward(const Config& cfg, const LayerWeights& w, const Tensor& x_in, const Tensor* forced,
-                              LayerOutputs& out) {
+LayerForwardPtr layer_forward(const Config& cfg, const LayerWeights& w, const Tensor& x_in,
+                              const Tensor* forced, LayerOutputs& out, StepTrace* trace) {
   check_tokens(cfg, x_in, "x");
   LayerForwardPtr f(new LayerForward);
+  f->trace = trace;
   f->x = x_in.to(cfg.dtype);
   const int64_t T = f->x.dim(0), K = cfg.num_experts_per_tok, E = cfg.num_experts, D = cfg.emb_dim;
-  f->router_kernel = w.router.to(DType::f32);
-  f->router = router_forward(cfg, f->x, f->router_kernel, forced);
-  int64_t cap = expert_capacity(T, K, E, cfg.capacity_factor);
-  f->routing = compute_routing(f->router.topk_idx.data<int32_t>(), T, K, E, cap);
-  f->aux = aux_stats(f->router.logits, f->routing.routed_counts);
+  {
+    TraceScope s(trace, "router", OpEngine::compute);
+    f->router_kernel = w.router.to(DType::f32);
+    f->router = router_forward(cfg, f->x, f->router_kernel, forced);
+  }
+  {
+    TraceScope s(trace, "sort", OpEngine::compute);
+    int64_t cap = expert_capacity(T, K, E, cfg.capacity_factor);
+    f->routing = compute_routing(f->router.topk_idx.data<int32_t>(), T, K, E, cap);
+  }
+  {
+    TraceScope s(trace, "router", OpEngine::compute);
+    f->aux = aux_stats(f->router.logits, f->routing.routed_counts);
+  }
   f->ffn_w = ffn_weights(cfg, w);
   f->xs = Tensor::empty(cfg.dtype, {T * K, D});
-  permute(cfg.moe_permute_kernel, f->x, f->routing, f->xs);
-  f->ffn = ffn_forward(cfg, f->ffn_w, f->xs, f->routing.groups);
+  {
+    TraceScope s(trace, "permute", OpEngine::compute);
+    permute(cfg.moe_permute_kernel, f->x, f->routing, f->xs);
+  }
+  {
+    TraceScope s(trace, "ffn", OpEngine::compute);
+    f->ffn = ffn_forward(cfg, f->ffn_w, f->xs, f->routing.groups);
+  }
   out.y = Tensor::empty(cfg.dtype, {T, D});
-  combine(cfg.moe_combine_kernel, f->ffn.ys, f->router.topk_weights, f->routing, cfg.float32_weight_sum, out.y);
+  {
+    TraceScope s(trace, "combine", OpEngine::compute);
+    combine(cfg.moe_combine_kernel, f->ffn.ys, f->router.topk_weights, f->routing, cfg.float32_weight_sum,
+            out.y);
+  }
   out.topk_idx = f->router.topk_idx;
   out.topk_weights = f->router.topk_weights;
   out.group_sizes = group_sizes_i32(f->routing.groups);
@@ -72,10 +95,21 @@ LayerGrads layer_backward(const Config& cfg, const LayerForward& f, const Tensor
   LayerGrads g;
   Tensor dys = Tensor::empty(cfg.dtype, {T * K, D});
   Tensor dW = Tensor::empty(DType::f32, {T, K});
-  combine_backward(cfg.moe_combine_kernel, dy, f.ffn.ys, f.router.topk_weights, f.routing, dys, dW);
-  Tensor dxs = ffn_backward(cfg, f.ffn_w, f.xs, f.ffn, dys, f.routing.groups, g.weights);
+  {
+    TraceScope s(f.trace, "combine_backward", OpEngine::compute);
+    combine_backward(cfg.moe_combine_kernel, dy, f.ffn.ys, f.router.topk_weights, f.routing, dys, dW);
+  }
+  Tensor dxs;
+  {
+    TraceScope s(f.trace, "ffn_backward", OpEngine::compute);
+    dxs = ffn_backward(cfg, f.ffn_w, f.xs, f.ffn, dys, f.routing.groups, g.weights);
+  }
   g.dx = Tensor::empty(DType::f32, {T, D});
-  permute_backward(cfg.moe_permute_kernel, dxs, f.routing, g.dx);
+  {
+    TraceScope s(f.trace, "permute_backward", OpEngine::compute);
+    permute_backward(cfg.moe_permute_kernel, dxs, f.routing, g.dx);
+  }
+  TraceScope s(f.trace, "router_backward", OpEngine::compute);
   Tensor dz = router_weights_backward(cfg, f.router, dW);
   aux_backward(cfg, f.router.logits, f.aux, dz);
   g.weights.router = Tensor(DType::f32, f.router_kernel.shape());

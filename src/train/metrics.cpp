@@ -22,6 +22,7 @@ std::string metrics_json_line(const StepMetrics& m) {
   j["tokens_per_s"] = m.tokens_per_s;
   j["dropped"] = m.dropped;
   j["collective_bytes"] = m.collective_bytes;
+  j["side_ops"] = m.side_ops;
   nlohmann::ordered_json load = nlohmann::ordered_json::array();
   for (size_t i = 0; i < m.load_max.size(); ++i)
     load.push_back({{"max", m.load_max[i]}, {"mean", m.load_mean[i]}});

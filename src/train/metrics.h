@@ -1,6 +1,6 @@
 // The metrics file: one JSON object per step (JSON lines), flushed per line.
 // Fields (docs/training.md): step, loss, mse, lb, z, lr, grad_norm, step_ms,
-// tokens, tokens_per_s, dropped, collective_bytes, load: [{max, mean}, ...].
+// tokens, tokens_per_s, dropped, collective_bytes, side_ops, load: [{max, mean}, ...].
 #pragma once
 
 #include <cstdio>

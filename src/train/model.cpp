@@ -31,14 +31,10 @@ void add_into(Tensor& h, const Tensor& y) {
 }
 
 LayerStats stats_of(const LayerOutputs& o) {
-  LayerStats s{o.load_balance_loss, o.z_loss, o.dropped, 0, 0};
+  LayerStats s{o.load_balance_loss, o.z_loss, o.dropped, {}, 0, 0};
   const int32_t* g = o.group_sizes.data<int32_t>();
-  int64_t sum = 0;
-  for (int64_t e = 0; e < o.group_sizes.numel(); ++e) {
-    s.load_max = std::max(s.load_max, double(g[e]));
-    sum += g[e];
-  }
-  s.load_mean = double(sum) / double(o.group_sizes.numel());
+  for (int64_t e = 0; e < o.group_sizes.numel(); ++e) s.rows.push_back(double(g[e]));
+  set_load(s);
   return s;
 }
 
@@ -47,9 +43,36 @@ struct BlockCache {
   Tensor h_in;     // [T, D] f32
   Tensor inv_rms;  // [T]
   LayerForwardPtr moe;
+  DistForwardPtr dist;  // instead of moe under a distributed exec
 };
 
+// One block's MoE forward on n [T, D] into the cache (h_in, inv_rms set by the caller).
+void moe_forward(const Config& cfg, const LayerWeights& w, const Tensor& n, const LayerExec& exec,
+                 BlockCache& c, LayerOutputs& o) {
+  if (exec.dist)
+    c.dist = exec.dist->forward(w, n, nullptr, o);
+  else
+    c.moe = layer_forward(cfg, w, n, nullptr, o, exec.trace);
+}
+
+LayerGrads moe_backward(const Config& cfg, const LayerExec& exec, BlockCache& c, const Tensor& g) {
+  LayerGrads lg = exec.dist ? exec.dist->backward(*c.dist, g) : layer_backward(cfg, *c.moe, g);
+  c.moe.reset();  // free the activations early
+  c.dist.reset();
+  return lg;
+}
+
 }  // namespace
+
+void set_load(LayerStats& s) {
+  double sum = 0;
+  s.load_max = 0;
+  for (double r : s.rows) {
+    s.load_max = std::max(s.load_max, r);
+    sum += r;
+  }
+  s.load_mean = sum / double(s.rows.size());
+}
 
 Model init_model(const Config& cfg, uint64_t seed) {
   Model m;
@@ -92,12 +115,13 @@ std::vector<std::pair<std::string, Shape>> parameter_shapes(const Config& cfg) {
   return out;
 }
 
-Tensor model_forward(const Config& cfg, const Model& m, const Tensor& x) {
+Tensor model_forward(const Config& cfg, const Model& m, const Tensor& x, const LayerExec& exec) {
   Tensor h = x.to(DType::f32).clone();
   for (const Block& b : m.blocks) {
     RmsNormOut n = rmsnorm_forward(h, b.norm_scale);
     LayerOutputs o;
-    layer_forward(cfg, b.moe, n.y, nullptr, o);
+    BlockCache c;
+    moe_forward(cfg, b.moe, n.y, exec, c, o);
     add_into(h, o.y);
   }
   return h;
@@ -107,8 +131,8 @@ namespace {
 
 // Student forward through every block, keeping what the backward needs.
 // Returns h_L [T, D] f32.
-Tensor forward_blocks(const Config& cfg, const Model& m, const Tensor& x, std::vector<BlockCache>& caches,
-                      LossTerms& loss, PhaseTimes& times) {
+Tensor forward_blocks(const Config& cfg, const Model& m, const Tensor& x, const LayerExec& exec,
+                      std::vector<BlockCache>& caches, LossTerms& loss, PhaseTimes& times) {
   Tensor h = x.to(DType::f32).clone();
   for (const Block& b : m.blocks) {
     auto t0 = Clock::now();
@@ -116,7 +140,8 @@ Tensor forward_blocks(const Config& cfg, const Model& m, const Tensor& x, std::v
     times.norm += ms_since(t0);
     auto t1 = Clock::now();
     LayerOutputs o;
-    caches.push_back({h.clone(), n.inv_rms, layer_forward(cfg, b.moe, n.y, nullptr, o)});
+    caches.push_back({h.clone(), n.inv_rms, nullptr, nullptr});
+    moe_forward(cfg, b.moe, n.y, exec, caches.back(), o);
     times.moe_forward += ms_since(t1);
     loss.layers.push_back(stats_of(o));
     loss.lb += o.load_balance_loss;
@@ -143,12 +168,11 @@ Tensor mse_grad(const Tensor& h, const Tensor& target, int64_t global_tokens, Lo
 
 // Top block down: g = dL/dh_i enters block i's MoE as dy and flows on through
 // the residual plus the RMSNorm's input gradient.
-void backward_blocks(const Config& cfg, const Model& m, std::vector<BlockCache>& caches, Tensor g,
-                     Model& grads, PhaseTimes& times) {
+void backward_blocks(const Config& cfg, const Model& m, const LayerExec& exec,
+                     std::vector<BlockCache>& caches, Tensor g, Model& grads, PhaseTimes& times) {
   for (size_t i = m.blocks.size(); i-- > 0;) {
     auto t0 = Clock::now();
-    LayerGrads lg = layer_backward(cfg, *caches[i].moe, g);
-    caches[i].moe.reset();  // free the activations early
+    LayerGrads lg = moe_backward(cfg, exec, caches[i], g);
     times.moe_backward += ms_since(t0);
     auto t1 = Clock::now();
     grads.blocks[i].moe = lg.weights;
@@ -164,11 +188,11 @@ void backward_blocks(const Config& cfg, const Model& m, std::vector<BlockCache>&
 }  // namespace
 
 LossTerms loss_and_grads(const Config& cfg, const Model& m, const Tensor& x, const Tensor& target,
-                         int64_t global_tokens, Model& grads, PhaseTimes& times) {
+                         int64_t global_tokens, Model& grads, PhaseTimes& times, const LayerExec& exec) {
   LossTerms loss;
   std::vector<BlockCache> caches;
-  Tensor h = forward_blocks(cfg, m, x, caches, loss, times);
-  backward_blocks(cfg, m, caches, mse_grad(h, target, global_tokens, loss), grads, times);
+  Tensor h = forward_blocks(cfg, m, x, exec, caches, loss, times);
+  backward_blocks(cfg, m, exec, caches, mse_grad(h, target, global_tokens, loss), grads, times);
   return loss;
 }
 

@@ -9,7 +9,9 @@
 #include <vector>
 
 #include "moe/config.h"
+#include "moe/dist_layer.h"
 #include "moe/layer.h"
+#include "moe/trace.h"
 
 namespace moe::train {
 
@@ -46,16 +48,30 @@ struct PhaseTimes {
   double total = 0;
 };
 
-// Per-layer routing statistics of one forward.
+// Per-layer routing statistics of one forward. Under the distributed layer
+// `rows` and `dropped` are this rank's (the step sums them over ranks, then
+// sets load_max / load_mean: set_load).
 struct LayerStats {
-  float lb = 0, z = 0;   // weighted aux losses
-  int64_t dropped = 0;   // slots dropped by capacity
-  double load_max = 0;   // most rows any expert got
-  double load_mean = 0;  // rows kept / E
+  float lb = 0, z = 0;       // weighted aux losses (global)
+  int64_t dropped = 0;       // slots dropped by capacity
+  std::vector<double> rows;  // [E] rows kept per expert
+  double load_max = 0;       // most rows any expert got
+  double load_mean = 0;      // rows kept / E
+};
+
+// load_max and load_mean from s.rows.
+void set_load(LayerStats& s);
+
+// How a block's MoE layer runs: the single-process layer_forward (dist null)
+// on whole weights, or the distributed layer on this rank's shards and rows.
+// trace (optional): the layer's ops are recorded there.
+struct LayerExec {
+  const DistLayer* dist = nullptr;
+  StepTrace* trace = nullptr;
 };
 
 // Forward only (the teacher): x [T, D] f32 -> h_L [T, D] f32.
-Tensor model_forward(const Config& cfg, const Model& m, const Tensor& x);
+Tensor model_forward(const Config& cfg, const Model& m, const Tensor& x, const LayerExec& exec = {});
 
 struct LossTerms {
   double mse_sum = 0;    // sum of squared errors over this process's elements
@@ -66,7 +82,9 @@ struct LossTerms {
 // Forward and backward of loss = sse / (global_tokens * D) + sum of aux losses
 // on this process's tokens x [T, D] against target [T, D]. Writes gradients
 // into `grads` (same structure as m, overwritten).
+// Under a distributed exec, m and grads hold this rank's shards (MoE gradients
+// come back reduced to the shard; norm-scale gradients are this rank's partial sums).
 LossTerms loss_and_grads(const Config& cfg, const Model& m, const Tensor& x, const Tensor& target,
-                         int64_t global_tokens, Model& grads, PhaseTimes& times);
+                         int64_t global_tokens, Model& grads, PhaseTimes& times, const LayerExec& exec = {});
 
 }  // namespace moe::train

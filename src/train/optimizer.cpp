@@ -28,14 +28,16 @@ double learning_rate_at(const Config& cfg, int64_t step) {
   return lr * (cfg.min_lr_ratio + (1.0 - cfg.min_lr_ratio) * cosine);
 }
 
-double global_norm(const std::vector<Param>& grads) {
+double sum_of_squares(const std::vector<Param>& grads) {
   double ss = 0;
   for (const Param& g : grads) {
     const float* p = g.tensor->data<float>();
     for (int64_t i = 0; i < g.tensor->numel(); ++i) ss += double(p[i]) * p[i];
   }
-  return std::sqrt(ss);
+  return ss;
 }
+
+double global_norm(const std::vector<Param>& grads) { return std::sqrt(sum_of_squares(grads)); }
 
 void scale_grads(const std::vector<Param>& grads, float factor) {
   for (const Param& g : grads) {

@@ -32,6 +32,8 @@ double learning_rate_at(const Config& cfg, int64_t step);
 
 // L2 norm over every element of every tensor (summed in double, in order).
 double global_norm(const std::vector<Param>& grads);
+// The squared norm global_norm takes the root of (same order, same bits).
+double sum_of_squares(const std::vector<Param>& grads);
 
 // Multiplies every gradient by `factor`.
 void scale_grads(const std::vector<Param>& grads, float factor);

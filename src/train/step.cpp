@@ -16,11 +16,50 @@ double ms_since(Clock::time_point t0) {
 
 constexpr uint64_t kDataStream = 0x64617461ull;  // "data"
 
-void sync_grads(GradientSync& sync, const std::vector<Param>& grads) {
-  for (const Param& g : grads) sync.sum(g.tensor->data<float>(), g.tensor->numel());
+bool flag(const std::vector<char>& mask, size_t i) { return mask.empty() || mask[i]; }
+
+void sync_grads(const StepEnv& env, const std::vector<Param>& grads) {
+  TraceScope scope(env.student.trace, "AR:grads", OpEngine::compute);
+  for (size_t i = 0; i < grads.size(); ++i)
+    if (flag(env.summed, i)) env.sync->sum(grads[i].tensor->data<float>(), grads[i].tensor->numel());
 }
 
-void fill_routing_metrics(const LossTerms& l, StepMetrics& m) {
+// sqrt of the global sum of squares: each rank adds the tensors it owns
+// (one copy of every replicated element), then the ranks' sums are added.
+double global_grad_norm(const StepEnv& env, const std::vector<Param>& grads) {
+  std::vector<Param> owned;
+  for (size_t i = 0; i < grads.size(); ++i)
+    if (flag(env.norm_owner, i)) owned.push_back(grads[i]);
+  double ss = sum_of_squares(owned);
+  TraceScope scope(env.student.trace, "AR:grad_norm", OpEngine::compute);
+  env.sync->sum(&ss, 1);
+  return std::sqrt(ss);
+}
+
+// The MSE over the global element count (aux losses already use global statistics).
+double global_mse(const Config& cfg, const StepEnv& env, const LossTerms& l, int64_t global_tokens) {
+  double sums[1] = {l.mse_sum};
+  TraceScope scope(env.student.trace, "AR:loss", OpEngine::compute);
+  env.sync->sum(sums, 1);
+  return sums[0] / (double(global_tokens) * double(cfg.emb_dim));
+}
+
+// Rows per expert and drops of every layer summed over ranks (the layer reports this rank's).
+void fill_routing_metrics(const StepEnv& env, LossTerms& l, StepMetrics& m) {
+  if (env.student.dist) {
+    std::vector<double> packed;
+    for (const LayerStats& s : l.layers) {
+      packed.insert(packed.end(), s.rows.begin(), s.rows.end());
+      packed.push_back(double(s.dropped));
+    }
+    env.sync->sum(packed.data(), int64_t(packed.size()));
+    size_t at = 0;
+    for (LayerStats& s : l.layers) {
+      for (double& r : s.rows) r = packed[at++];
+      s.dropped = int64_t(packed[at++]);
+      set_load(s);
+    }
+  }
   for (const LayerStats& s : l.layers) {
     m.load_max.push_back(s.load_max);
     m.load_mean.push_back(s.load_mean);
@@ -50,25 +89,30 @@ Tensor batch_inputs(const Config& cfg, int64_t step, int64_t token_begin, int64_
 
 StepMetrics train_step(const Config& cfg, TrainState& st, const Model& teacher, const Tensor& x,
                        int64_t global_tokens, GradientSync& sync, PhaseTimes& times) {
+  StepEnv env;
+  env.sync = &sync;
+  return train_step(cfg, st, teacher, x, global_tokens, env, times);
+}
+
+StepMetrics train_step(const Config& cfg, TrainState& st, const Model& teacher, const Tensor& x,
+                       int64_t global_tokens, const StepEnv& env, PhaseTimes& times) {
   auto t0 = Clock::now();
-  const Tensor target = model_forward(cfg, teacher, x);
+  const Tensor target = model_forward(cfg, teacher, x, env.teacher);
   times.teacher += ms_since(t0);
   Model grads = zeros_like(cfg, st.params);
-  LossTerms l = loss_and_grads(cfg, st.params, x, target, global_tokens, grads, times);
+  LossTerms l = loss_and_grads(cfg, st.params, x, target, global_tokens, grads, times, env.student);
   auto t1 = Clock::now();
   std::vector<Param> g = parameters(cfg, grads);
-  sync_grads(sync, g);
-  double sums[1] = {l.mse_sum};  // aux losses already use global statistics
-  sync.sum(sums, 1);
+  sync_grads(env, g);
   StepMetrics m;
   m.step = st.step + 1;
-  m.mse = sums[0] / (double(global_tokens) * double(cfg.emb_dim));
+  m.mse = global_mse(cfg, env, l, global_tokens);
   m.lb = l.lb;
   m.z = l.z;
   m.loss = m.mse + m.lb + m.z;
-  m.grad_norm = global_norm(g);
+  m.grad_norm = global_grad_norm(env, g);
   m.tokens = global_tokens;
-  fill_routing_metrics(l, m);
+  fill_routing_metrics(env, l, m);
   if (!std::isfinite(m.loss) || !std::isfinite(m.grad_norm))
     throw NonFiniteError("non-finite " + std::string(std::isfinite(m.loss) ? "gradient norm" : "loss") +
                          " (" + std::to_string(std::isfinite(m.loss) ? m.grad_norm : m.loss) + ") at step " +
@@ -77,7 +121,7 @@ StepMetrics train_step(const Config& cfg, TrainState& st, const Model& teacher, 
   m.lr = learning_rate_at(cfg, st.step);
   apply_adamw(cfg, st, g, m.lr);
   st.step += 1;
-  m.collective_bytes = sync.bytes_moved();
+  m.collective_bytes = env.sync->bytes_moved();
   times.optimizer += ms_since(t1);
   return m;
 }

@@ -29,6 +29,18 @@ class LocalSync final : public GradientSync {
   int64_t bytes_moved() const override { return 0; }
 };
 
+// How a step runs and reduces over ranks. The default (sync only) is one
+// process: every gradient "summed" by LocalSync, every parameter counted in
+// the gradient norm.
+struct StepEnv {
+  GradientSync* sync = nullptr;
+  LayerExec student;  // the student's MoE layers
+  LayerExec teacher;  // the teacher's (a frozen target generator)
+  // Per parameter, in parameters() order (empty: all true):
+  std::vector<char> summed;      // its gradient is summed over ranks by sync
+  std::vector<char> norm_owner;  // this rank adds its gradient's squares to the global norm
+};
+
 // Inputs of step `step` (0-based), tokens [token_begin, token_end) of the
 // step's batch_tokens: x ~ N(0, 1) [token_end - token_begin, D] f32, element
 // (t, d) a pure function of (seed, step, t * D + d).
@@ -41,5 +53,9 @@ Tensor batch_inputs(const Config& cfg, int64_t step, int64_t token_begin, int64_
 // the gradient norm is not finite.
 StepMetrics train_step(const Config& cfg, TrainState& st, const Model& teacher, const Tensor& x,
                        int64_t global_tokens, GradientSync& sync, PhaseTimes& times);
+// The same under `env`: st holds this rank's shards (distributed student).
+// The loss, the metrics and the gradient norm are global (equal on every rank).
+StepMetrics train_step(const Config& cfg, TrainState& st, const Model& teacher, const Tensor& x,
+                       int64_t global_tokens, const StepEnv& env, PhaseTimes& times);
 
 }  // namespace moe::train

@@ -43,8 +43,10 @@ TEST_F(CliTrain, PrintsTheTableLogLinesAndSummary) {
   auto r = moe("train " + cfg() + " metrics_file=" + dir_.file("m.jsonl"));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   for (const char* s : {"num_layers", "step 2/6", "step 6/6", "last/first", "GFLOP/s",
-                        "fraction of dense GEMM peak: n/a", "max/mean tokens per expert", "time split"})
+                        "fraction of dense GEMM peak: ", "dense baseline", "max/mean tokens per expert",
+                        "time split", "gemm", "permute/combine", "router", "exposed comm"})
     EXPECT_NE(r.out.find(s), std::string::npos) << s << "\n" << r.out;
+  EXPECT_EQ(r.out.find("peak: n/a"), std::string::npos) << "the dense baseline is measured";
   r = moe("report " + dir_.file("m.jsonl"));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const std::string svg = testing::read_bytes(dir_.file("m.svg"));

@@ -1,11 +1,14 @@
 // moe train [CONFIG] [key=value ...] [--resume DIR] [--until STEP]
 // The main job (SPEC.md §7): trains the MoE stack on the teacher-student task
 // (include/moe/train.h, docs/training.md). Without CONFIG the embedded default
-// config is used; overrides apply on top of either.
+// config is used; overrides apply on top of either. Under mpirun with any
+// parallelism the distributed layer trains (docs/training.md "Distributed
+// training"): rank 0 prints and writes files, an error on any rank aborts all.
 #include <unistd.h>
 
 #include <cstdio>
 
+#include "cli_util.h"
 #include "commands.h"
 #include "moe/config.h"
 #include "moe/train.h"
@@ -33,9 +36,13 @@ void print_summary(const TrainSummary& s) {
               (long long)s.last_step, s.seconds);
   std::printf("  loss            first %.6e  last %.6e  last/first %.4f\n", s.first_loss, s.last_loss,
               s.first_loss > 0 ? s.last_loss / s.first_loss : 0.0);
-  std::printf("  throughput      %.0f tokens/s  %.3f GFLOP/s  fraction of dense GEMM peak: %s\n",
-              s.tokens_per_s, s.gflops,
-              s.fraction_of_dense < 0 ? "n/a" : std::to_string(s.fraction_of_dense).c_str());
+  std::printf(
+      "  throughput      %.0f tokens/s  %.3f GFLOP/s on %d rank(s)  fraction of dense GEMM peak: %s\n",
+      s.tokens_per_s, s.gflops, s.ranks,
+      s.fraction_of_dense < 0 ? "n/a" : std::to_string(s.fraction_of_dense).c_str());
+  if (s.dense_gflops > 0)
+    std::printf("  dense baseline  %.3f GFLOP/s per rank ([R_l, D] x [D, 3F], measured after the steps)\n",
+                s.dense_gflops);
   const double total = s.ms_data + s.ms_teacher + s.ms_norm + s.ms_moe_forward + s.ms_moe_backward +
                        s.ms_optimizer + s.ms_other;
   auto pct = [&](double v) { return total > 0 ? 100.0 * v / total : 0.0; };
@@ -44,18 +51,22 @@ void print_summary(const TrainSummary& s) {
       "%.1f%%  other %.1f%%\n",
       pct(s.ms_moe_forward), pct(s.ms_moe_backward), pct(s.ms_teacher), pct(s.ms_norm), pct(s.ms_optimizer),
       pct(s.ms_data), pct(s.ms_other));
+  std::printf(
+      "  by work         gemm %.1f%%  permute/combine %.1f%%  router %.1f%%  exposed comm %.1f%%  other "
+      "%.1f%%\n",
+      pct(s.ms_gemm), pct(s.ms_permute_combine), pct(s.ms_router), pct(s.ms_exposed_comm), pct(s.ms_rest));
   std::printf("  expert load     max/mean tokens per expert %.3f (averaged over steps and layers)\n",
               s.load_balance);
   if (!s.last_checkpoint.empty()) std::printf("  checkpoint      %s\n", s.last_checkpoint.c_str());
 }
 
-void run_train(const TrainArgs& a) {
-  LoadedConfig loaded = resolve(a.words);
-  std::fputs(format_config_table(loaded.table).c_str(), stdout);
-  Progress progress(::isatty(STDOUT_FILENO) != 0, loaded.config.log_period);
+void train(const LoadedConfig& loaded, const TrainArgs& a, bool root, Communicator* comm) {
+  if (root) std::fputs(format_config_table(loaded.table).c_str(), stdout);
+  Progress progress(root && ::isatty(STDOUT_FILENO) != 0, loaded.config.log_period);
   TrainOptions opt;
   opt.resume_dir = a.resume;
   opt.stop_at = a.until;
+  opt.comm = comm;
   opt.on_step = [&](const StepMetrics& m) { progress.update(m); };
   opt.log = [&](const std::string& line) {
     progress.finish();
@@ -64,11 +75,26 @@ void run_train(const TrainArgs& a) {
   try {
     TrainSummary s = run_training(loaded.config, opt);
     progress.finish();
-    if (s.last_step >= s.first_step) print_summary(s);
+    if (root && s.last_step >= s.first_step) print_summary(s);
   } catch (...) {
     progress.finish();
     std::fflush(stdout);
     throw;
+  }
+}
+
+// Under mpirun any error (config, checkpoint, divergence) on any rank takes
+// the whole job down with its message: never a hang.
+void run_train(const TrainArgs& a) {
+  Communicator& w = world();
+  try {
+    LoadedConfig loaded = resolve(a.words);
+    const bool dist = distributed(loaded.config);
+    train(loaded, a, w.rank() == 0, dist ? &w : nullptr);
+  } catch (const Error& e) {
+    if (w.size() == 1) throw;
+    std::fflush(stdout);
+    w.abort(e.what());
   }
 }
 
