@@ -4,15 +4,11 @@
 #include <chrono>
 
 #include "train/counter_rng.h"
+#include "train/timer.h"
 #include "train/rmsnorm.h"
 
 namespace moe::train {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-double ms_since(Clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-}
 
 constexpr uint64_t kLayerStream = 0x6c61796572ull;  // "layer"
 

@@ -4,15 +4,11 @@
 #include <cmath>
 
 #include "train/counter_rng.h"
+#include "train/timer.h"
 #include "train/optimizer.h"
 
 namespace moe::train {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-double ms_since(Clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-}
 
 constexpr uint64_t kDataStream = 0x64617461ull;  // "data"
 

@@ -7,6 +7,7 @@
 
 #include "bench/dense_baseline.h"
 #include "moe/train.h"
+#include "train/timer.h"
 #include "train/checkpoint.h"
 #include "train/metrics.h"
 #include "train/optimizer.h"
@@ -17,12 +18,9 @@
 namespace moe {
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using train::Clock;
+using train::ms_since;
 using train::TrainState;
-
-double ms_since(Clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-}
 
 // Running totals over the steps of this invocation.
 struct RunTotals {

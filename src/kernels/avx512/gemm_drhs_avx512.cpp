@@ -18,11 +18,7 @@
 #include "kernels/grouped_gemm_internal.h"
 #include "moe/thread_pool.h"
 
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,fma")
-// GCC 12 warns inside its own AVX-512 headers when inlined into pragma-targeted code.
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include "kernels/avx512/target_begin.h"
 
 #include "kernels/avx512/gemm_driver.h"
 
@@ -128,4 +124,4 @@ void gmm_drhs(const Tensor& lhs, const Tensor& dout, const GroupLayout& groups, 
 
 }  // namespace moe::avx512
 
-#pragma GCC pop_options
+#include "kernels/avx512/target_end.h"

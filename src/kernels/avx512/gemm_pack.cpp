@@ -10,14 +10,7 @@
 
 #include "moe/dtype.h"
 
-// Everything below is compiled for AVX-512; headers above keep the default
-// target so no shared inline function is emitted with AVX-512 code.
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,fma")
-// GCC 12 warns inside its own AVX-512 headers (_mm512_undefined_* in masked
-// intrinsics) when they are inlined into pragma-targeted code.
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include "kernels/avx512/target_begin.h"
 
 #include "kernels/avx512/gemm_tile.h"
 
@@ -125,4 +118,4 @@ template void pack_transposed<float>(const float*, int64_t, int64_t, int64_t, in
 
 }  // namespace moe::avx512
 
-#pragma GCC pop_options
+#include "kernels/avx512/target_end.h"

@@ -32,12 +32,7 @@ bool supports(DType in) {
 
 }  // namespace moe::avx512
 
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,fma")
-// GCC 12 warns inside its own AVX-512 headers (_mm512_undefined_* in masked
-// intrinsics) when they are inlined into pragma-targeted code.
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include "kernels/avx512/target_begin.h"
 
 #include "kernels/avx512/gemm_driver.h"
 
@@ -141,4 +136,4 @@ void gmm_dlhs(const Tensor& dout, const Tensor& rhs, const GroupLayout& groups, 
 
 }  // namespace moe::avx512
 
-#pragma GCC pop_options
+#include "kernels/avx512/target_end.h"

@@ -1,0 +1,2 @@
+// Closes target_begin.h.
+#pragma GCC pop_options
