@@ -1,5 +1,8 @@
 #include "moe/dist_runtime.h"
 
+#include <cstdio>
+#include <string>
+
 #include "moe/dist_layer.h"
 #include "moe/topology.h"
 
@@ -9,6 +12,16 @@ DistRuntime::DistRuntime(const Config& cfg, Communicator& world, bool training) 
   TargetCheck chk = check_target(cfg, topology_of(world), training);
   if (!chk.problems.empty()) fail(chk.problems.front());
   offload_ = chk.offload;
+  // Side-engine collectives overlap compute-thread MPI calls (other
+  // communicators): only legal with MPI_THREAD_MULTIPLE. Below that, keep every
+  // collective on the compute thread; routing index math may still move.
+  if (std::string(world.backend()) != "single" && world.thread_level() != ThreadLevel::multiple &&
+      !offload_.side.empty()) {
+    offload_.side.clear();
+    if (world.rank() == 0)
+      std::fprintf(stderr, "moe: warning: MPI provides thread level %s, not multiple: offloaded collectives stay on "
+                   "the compute thread\n", thread_level_name(world.thread_level()));
+  }
   mesh_ = std::make_unique<Mesh>(world, check_parallel_config(cfg, world.size()));
   if (offload_.live.empty()) return;
   // The side engine gets communicators of its own (same ranks, same order),
