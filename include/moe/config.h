@@ -88,7 +88,7 @@ struct LoadedConfig {
 };
 
 // Every problem found while resolving a config (unknown keys, bad values,
-// violated rules, features not implemented yet), one message per entry, each
+// violated rules), one message per entry, each
 // naming its key. what() is a header line followed by one problem per line.
 class ConfigError : public Error {
  public:

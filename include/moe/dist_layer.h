@@ -6,7 +6,8 @@
 // (fixed point, so the losses equal the single-process ones exactly); gather
 // the expert weights to the needed layout; then per token chunk: sort ->
 // permute -> expert-parallel dispatch (ragged all-to-all) -> local FFN ->
-// return all-to-all -> combine. The backward runs the chunks' adjoints, then
+// return all-to-all -> combine (ring of experts instead: all-gather the
+// chunk's tokens -> local experts only -> reduce-scatter the partial outputs). The backward runs the chunks' adjoints, then
 // the weight gradients once over all chunks' rows in single-process order,
 // then reduces them to the stored shards.
 //
@@ -53,7 +54,10 @@ class DistLayer {
   LayerWeights unshard_to_root(const LayerWeights& shards) const;
 
   // x: [T_l, D] this rank's tokens; forced: optional [T_l, K]. `out` holds the
-  // local rows (y, topk) and the global aux losses, group sizes and drops.
+  // local rows (y, topk), the global aux losses, and this rank's counts:
+  // group_sizes (rows of this rank's tokens kept per expert) and dropped
+  // (this rank's slots dropped by capacity or a capped buffer); sum them over
+  // the ranks for the global numbers.
   DistForwardPtr forward(const LayerWeights& shards, const Tensor& x, const Tensor* forced, LayerOutputs& out) const;
   // dy: [T_l, D]. Returns dx [T_l, D] and the gradients of this rank's shards.
   LayerGrads backward(const DistForward& fwd, const Tensor& dy) const;

@@ -5,9 +5,12 @@
 // Thread safety: built and used by one thread (the step's compute thread);
 // the side engine's worker runs the offloaded collectives on the side mesh's
 // communicators, never on the compute mesh's, so the two threads never share
-// a communicator (MPI_THREAD_MULTIPLE is required for that, and the
-// capability table of a backend without it offloads nothing that could
-// overlap a compute-thread collective).
+// a communicator. Two threads calling MPI at once needs MPI_THREAD_MULTIPLE.
+// Known gap: the mpi-serialized capability row offloads the all-to-alls, but
+// no lock serializes them against the compute thread's MPI calls, so that
+// row is only safe for planning (moe validate --topology), not for a run.
+// The side collectives also rely on ONE side-engine thread (FIFO order, the
+// same on every rank); side_engine_threads > 1 is not safe here.
 #pragma once
 
 #include <memory>

@@ -1,8 +1,10 @@
 // The compute pool: a fixed set of worker threads that run data-parallel
 // loops (expert GEMM tiles, permute/combine rows, router rows).
 //
-// Thread safety: parallel_for may be called from any one thread at a time per
-// pool (the caller joins the work and returns when every chunk is done). A
+// Thread safety: parallel_for may be called from any thread (the caller joins
+// the work and returns when every chunk is done); calls from several threads
+// at once (e.g. the compute thread and a side-engine task) are serialized by
+// a lock, one loop at a time per pool. A
 // parallel_for issued from inside a pool worker runs serially on that worker,
 // so nested loops never deadlock. The first exception thrown by a chunk is
 // rethrown on the caller after all chunks finished.
