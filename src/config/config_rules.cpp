@@ -1,6 +1,5 @@
 // The rules a resolved Config must satisfy (SPEC.md §3, §5, §6, §7), the
-// offload-target parser, and the not-yet-implemented gates. Every message
-// starts with the key it is about.
+// offload-target parser. Every message starts with the key it is about.
 #include <array>
 #include <cmath>
 #include <set>

@@ -28,7 +28,10 @@ DistRuntime::DistRuntime(const Config& cfg, Communicator& world, bool training) 
   // so its collectives never interleave with the compute thread's.
   side_world_ = world.split(0, world.rank());
   side_mesh_ = std::make_unique<Mesh>(*side_world_, mesh_->shape());
-  side_ = std::make_unique<SideEngine>(int(cfg.side_engine_threads));
+  // One worker: collectives on a communicator must be issued in one order on
+  // every rank, so the layer's side ops run FIFO on a single thread (extra
+  // side_engine_threads are accepted and left unused).
+  side_ = std::make_unique<SideEngine>(1);
 }
 
 DistRuntime::~DistRuntime() {
