@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# The overlap demo (docs/benchmarks.md, "Distributed"): 2 ranks talking over a
+# network slower than shared memory. A private network namespace whose
+# loopback is rate-limited with tbf; MPI over TCP on that loopback only
+# (ob1 + tcp, no shared memory), so every byte crosses the limited device.
+# Then `moe bench --dist` on the 2-rank variants: compute alone, the
+# baselines (offload off) and every target live with 4 token chunks.
+#
+# Usage (as root): scripts/overlap.sh [RATE [ITERS]]   e.g. scripts/overlap.sh 400mbit 7
+# Env: OVERLAP_ARGS: extra args for moe bench (e.g. "--tokens 512 emb_dim=2048");
+#      OVERLAP_JSON: where to write the JSON (default out/overlap.json).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+rate=${1:-400mbit}
+iters=${2:-7}
+json=${OVERLAP_JSON:-out/overlap.json}
+ns=moe_overlap_$$
+mkdir -p "$(dirname "$json")"
+[ -x build/moe ] || { echo "overlap.sh: build first (scripts/build.sh)"; exit 1; }
+if ! ip netns add "$ns" 2>/tmp/overlap_netns.err; then
+  echo "overlap.sh: BLOCKED: 'ip netns add $ns' failed: $(cat /tmp/overlap_netns.err)"
+  echo "overlap.sh: not rate-limiting the shared loopback instead (other processes use it)"
+  exit 2
+fi
+trap 'ip netns del "$ns"' EXIT
+in_ns() { ip netns exec "$ns" "$@"; }
+in_ns ip link set lo up
+# tbf: a token bucket on the namespace's loopback; burst must hold one jiffy of traffic.
+in_ns tc qdisc add dev lo root tbf rate "$rate" burst 256kb latency 400ms
+in_ns tc qdisc show dev lo
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 MOE_NUM_THREADS=${MOE_NUM_THREADS:-1}
+mpi=(mpirun --oversubscribe -np 2 --mca pml ob1 --mca btl self,tcp --mca btl_tcp_if_include lo
+     --mca oob_tcp_if_include lo --mca btl_vader_single_copy_mechanism none)
+echo "== link probe: the limit must show (unlimited loopback TCP moves tens of Gbit/s)"
+in_ns "${mpi[@]}" ./build/moe bench --dist --probe-mb 8 --iters 3
+echo "== distributed bench over $rate"
+# shellcheck disable=SC2086
+in_ns "${mpi[@]}" ./build/moe bench --dist --iters "$iters" --warmup 2 --json "$json" \
+  --variant compute_only_ep2 --variant ep2_chunks4+all --variant ring2_chunks4+all ${OVERLAP_ARGS:-}
