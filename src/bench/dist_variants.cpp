@@ -16,8 +16,8 @@ void chunks4(Config& c) { c.num_moe_token_chunks = 4; }
 void chunks4_all(Config& c) { chunks4(c), off_all(c); }
 void ring_chunks4(Config& c) { c.use_ring_of_experts = true, chunks4(c); }
 void ring_chunks4_all(Config& c) { ring_chunks4(c), off_all(c); }
-// One rank doing what one rank of ep2 does: E/2 experts on its own tokens' T*K rows.
-void half_experts(Config& c) { c.num_experts /= 2; }
+// One rank doing what one rank of ep2 does: E/2 experts on its own tokens' T*K rows, 4 chunks.
+void half_experts_chunks4(Config& c) { c.num_experts /= 2, chunks4(c); }
 
 std::vector<DistVariant> make() {
   return {
@@ -33,7 +33,8 @@ std::vector<DistVariant> make() {
       {"ep4_chunks4+all", 1, 1, 4, chunks4_all, "baseline_ep4_chunks4", "4 chunks pipelined, every target live"},
       {"baseline_ring4_chunks4", 1, 1, 4, ring_chunks4, "", "ring of experts over 4 ranks, 4 chunks"},
       {"ring4_chunks4+all", 1, 1, 4, ring_chunks4_all, "baseline_ring4_chunks4", "ring, 4 chunks, every target"},
-      {"compute_only_ep2", 1, 1, 1, half_experts, "", "one rank's compute of ep2 alone (E/2 experts, no communication)"},
+      {"compute_only_ep2_chunks4", 1, 1, 1, half_experts_chunks4, "",
+       "one rank's compute of ep2_chunks4 alone (E/2 experts, T*K rows, no communication)"},
       {"baseline_ep2_chunks4", 1, 1, 2, chunks4, "", "ep2 in 4 token chunks"},
       {"ep2_chunks4+all", 1, 1, 2, chunks4_all, "baseline_ep2_chunks4", "ep2, 4 chunks pipelined, every target"},
       {"baseline_ring2_chunks4", 1, 1, 2, ring_chunks4, "", "ring of experts over 2 ranks, 4 chunks"},

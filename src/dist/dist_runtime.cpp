@@ -14,6 +14,7 @@ DistRuntime::DistRuntime(const Config& cfg, Communicator& world, bool training) 
   // The side engine gets communicators of its own (same ranks, same order),
   // so its collectives never interleave with the compute thread's.
   side_world_ = world.split(0, world.rank());
+  side_world_->set_polite_waits(true);  // its waits must not take a core from the compute pool
   side_mesh_ = std::make_unique<Mesh>(*side_world_, mesh_->shape());
   side_ = std::make_unique<SideEngine>(int(cfg.side_engine_threads));
 }
