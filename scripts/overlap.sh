@@ -33,7 +33,12 @@ mpi=(mpirun --oversubscribe -np 2 --mca pml ob1 --mca btl self,tcp --mca btl_tcp
      --mca oob_tcp_if_include lo --mca mpi_yield_when_idle 1)
 echo "== link probe: the limit must show (unlimited loopback TCP moves tens of Gbit/s)"
 in_ns "${mpi[@]}" ./build/moe bench --dist --probe-mb 8 --iters 3
-echo "== distributed bench over $rate"
+echo "== communication only: the bytes of a step's all-to-alls (ep2_chunks4: 4.2 MB per rank in 16 calls) and nothing else"
+in_ns "${mpi[@]}" ./build/moe bench --dist --probe-mb 4.2 --probe-calls 16 --iters "$iters"
+echo "== compute only: one rank doing one ep2 rank's work (no communication, nobody else waiting)"
+in_ns "${mpi[@]/-np 2/-np 1}" ./build/moe bench --dist --iters "$iters" --warmup 2 \
+  --variant compute_only_ep2_chunks4 --json "${json%.json}_compute.json" ${OVERLAP_ARGS:-}
+echo "== 2 ranks over $rate: baselines (offload off) and every target live, 4 token chunks"
 # shellcheck disable=SC2086
 in_ns "${mpi[@]}" ./build/moe bench --dist --iters "$iters" --warmup 2 --json "$json" \
-  --variant compute_only_ep2_chunks4 --variant ep2_chunks4+all --variant ring2_chunks4+all ${OVERLAP_ARGS:-}
+  --variant ep2_chunks4+all --variant ring2_chunks4+all ${OVERLAP_ARGS:-}

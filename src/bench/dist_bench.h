@@ -61,14 +61,15 @@ struct DistResult {
 std::vector<DistResult> run_dist_bench(const DistBenchOptions& o, Communicator& world,
                                        const std::function<void(const DistResult&)>& on_result = {});
 
-// Times an all-to-all of `bytes` per rank (bytes/W to each rank) over
-// `world`, `iters` times after one untimed run. bytes_out: what leaves each
-// rank per call; mbit_per_s: bytes_out over the median time.
+// Times `calls` all-to-alls moving `bytes` per rank in all (bytes/(W*calls)
+// to each rank per call) over `world`, `iters` times after one untimed run:
+// the communication of a step alone (bytes and calls as its A2A counters).
+// bytes_out: what leaves each rank; mbit_per_s: bytes_out over the median time.
 struct ProbeResult {
   double median_ms = 0, mbit_per_s = 0;
   int64_t bytes_out = 0;
 };
-ProbeResult probe_all_to_all(Communicator& world, int64_t bytes, int iters);
+ProbeResult probe_all_to_all(Communicator& world, int64_t bytes, int iters, int calls = 1);
 
 // dist_report.cpp: a text table, and {"dist_results": [...]} (skipped
 // variants go to "skipped": [{"variant", "why"}]).

@@ -13,7 +13,8 @@ struct BenchDistArgs {
   int iters = 5, warmup = 1;
   int64_t tokens = 256;  // per rank
   uint64_t seed = 0;
-  double probe_mb = 0;  // > 0: only the link probe (an all-to-all of this many MB per rank)
+  double probe_mb = 0;  // > 0: only the link probe (all-to-alls of this many MB per rank in all)
+  int probe_calls = 1;  // in that many calls
   bool list = false;
 };
 
