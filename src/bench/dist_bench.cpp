@@ -7,7 +7,9 @@
 #include "bench/cases.h"
 #include "bench/timing.h"
 #include "moe/dist_layer.h"
+#include "io/atomic_file.h"
 #include "moe/dist_runtime.h"
+#include "moe/trace_gather.h"
 
 namespace moe::bench {
 namespace {
@@ -81,6 +83,12 @@ Sample max_over_ranks(Communicator& comm, const Sample& mine) {
   return m;
 }
 
+// Chrome trace JSON of every member's ops of the last step, written by comm rank 0.
+void write_trace(Communicator& comm, const StepTrace& trace, const std::string& path) {
+  std::vector<TraceOp> ops = gather_trace_ops(comm, trace.ops());
+  if (comm.rank() == 0) write_file_atomic(path, chrome_trace_json(ops));
+}
+
 double median_of(std::vector<Sample>& v, Field f) {
   std::vector<double> x;
   for (const Sample& s : v) x.push_back(s[size_t(f)]);
@@ -93,6 +101,7 @@ DistResult measure(const DistBenchOptions& o, const DistVariant& v, const Config
   for (int i = 0; i < o.warmup; ++i) step_once(rig, comm);
   std::vector<Sample> steps;
   for (int i = 0; i < o.iters; ++i) steps.push_back(max_over_ranks(comm, step_once(rig, comm)));
+  if (!o.trace_dir.empty()) write_trace(comm, *rig.trace, o.trace_dir + "/" + v.name + ".json");
   DistResult r;
   r.variant = v.name, r.baseline = v.baseline, r.ranks = v.ranks(), r.iters = o.iters;
   std::vector<double> ms;
@@ -129,6 +138,10 @@ std::vector<DistResult> run_dist_bench(const DistBenchOptions& o, Communicator& 
   if (o.iters < 1) fail("--iters must be >= 1 (got ", o.iters, ")");
   if (o.warmup < 0) fail("--warmup must be >= 0 (got ", o.warmup, ")");
   std::vector<DistResult> results;
+  // Ranks outside a variant wait for it here, sleeping between polls, so they
+  // do not spin on cores its members need (an oversubscribed machine).
+  std::unique_ptr<Communicator> join = world.split(0, world.rank());
+  join->set_polite_waits(true);
   for (const DistVariant& v : select_dist_variants(o.variants)) {
     const Config cfg = dist_variant_config(o.base, v);
     DistResult r;
@@ -138,6 +151,8 @@ std::vector<DistResult> run_dist_bench(const DistBenchOptions& o, Communicator& 
       const bool member = world.rank() < v.ranks();
       std::unique_ptr<Communicator> sub = world.split(member ? 0 : 1, world.rank());
       if (member) r = measure(o, v, cfg, *sub);
+      char in = 0, all[1024];
+      if (join->size() <= int(sizeof all)) join->all_gather(&in, all, 1);  // uncounted in results: after the steps
     }
     if (world.rank() != 0) continue;
     for (const DistResult& b : results)

@@ -43,6 +43,7 @@ struct DistBenchOptions {
   int iters = 5, warmup = 1;
   uint64_t seed = 0;
   std::vector<std::string> variants;  // empty: every variant
+  std::string trace_dir;  // non-empty: the last timed step's trace of each variant, DIR/<variant>.json
 };
 
 struct DistResult {

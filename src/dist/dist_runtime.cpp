@@ -1,5 +1,9 @@
 #include "moe/dist_runtime.h"
 
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
 #include "moe/dist_layer.h"
 #include "moe/topology.h"
 
@@ -16,7 +20,12 @@ DistRuntime::DistRuntime(const Config& cfg, Communicator& world, bool training) 
   side_world_ = world.split(0, world.rank());
   side_world_->set_polite_waits(true);  // its waits must not take a core from the compute pool
   side_mesh_ = std::make_unique<Mesh>(*side_world_, mesh_->shape());
-  side_ = std::make_unique<SideEngine>(int(cfg.side_engine_threads));
+  const char* rt = std::getenv("MOE_SIDE_ENGINE_RT");
+  const bool realtime = rt && std::string(rt) == "1";
+  side_ = std::make_unique<SideEngine>(int(cfg.side_engine_threads), realtime);
+  if (realtime && !side_->realtime())
+    std::fprintf(stderr, "moe: warning: rank %d: MOE_SIDE_ENGINE_RT=1 but SCHED_FIFO was refused (needs "
+                 "CAP_SYS_NICE); the side engine runs at normal priority\n", rank_);
 }
 
 DistRuntime::~DistRuntime() {

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 
 #include "bench/dist_bench.h"
 #include "cli_util.h"
@@ -30,8 +31,10 @@ void run(const BenchDistArgs& a, Communicator& w) {
   bench::DistBenchOptions o;
   o.base = bench::dist_bench_config(a.overrides);
   o.tokens = a.tokens, o.iters = a.iters, o.warmup = a.warmup, o.seed = a.seed, o.variants = a.variants;
+  o.trace_dir = a.trace_dir;
   if (o.tokens < 1) fail("--tokens must be >= 1 (got ", o.tokens, ")");
   const bool root = w.rank() == 0;
+  if (root && !a.trace_dir.empty()) std::filesystem::create_directories(a.trace_dir);
   if (root) {
     std::printf("moe bench --dist: T=%lld per rank, D=%lld F=%lld E=%lld K=%lld dtype=%s, %d rank(s), %d iters\n",
                 (long long)o.tokens, (long long)o.base.emb_dim, (long long)o.base.moe_mlp_dim,

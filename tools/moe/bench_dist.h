@@ -9,7 +9,7 @@ namespace moe::cli {
 
 struct BenchDistArgs {
   std::vector<std::string> variants, overrides;
-  std::string json;
+  std::string json, trace_dir;
   int iters = 5, warmup = 1;
   int64_t tokens = 256;  // per rank
   uint64_t seed = 0;

@@ -77,6 +77,7 @@ void add_bench(CLI::App& app) {
   c->add_option("--variant", a->d.variants, "--dist: run only these variants (and their baselines)");
   c->add_option("--probe-mb", a->d.probe_mb, "--dist: only time an all-to-all of this many MB per rank (link probe)");
   c->add_option("--probe-calls", a->d.probe_calls, "--dist: split the probe's bytes over this many all-to-alls");
+  c->add_option("--trace-dir", a->d.trace_dir, "--dist: write each variant's last timed step as DIR/<variant>.json (Chrome trace)");
   c->add_option("--tokens", a->d.tokens, "--dist: tokens per rank (default 256)");
   c->add_option("overrides", a->d.overrides, "--dist: key=value overrides of the layer (D=1024 F=512 E=8 K=2 bf16)");
   c->callback([a] { run_bench_cmd(*a); });

@@ -10,7 +10,7 @@
 #include "moe/comm_tensor.h"
 #include "moe/dist_layer.h"
 #include "moe/dist_runtime.h"
-#include "moe/trace.h"
+#include "moe/trace_gather.h"
 
 namespace moe::cli {
 namespace {
@@ -57,22 +57,8 @@ Tensor sum_group_sizes(Communicator& w, const Tensor& local) {
   return sum;
 }
 
-// Every rank's ops on rank 0 (two uncounted gathervs: sizes, then records).
-std::vector<TraceOp> gather_ops(Communicator& w, const std::vector<TraceOp>& mine) {
-  const std::string bytes = serialize_ops(mine);
-  const uint64_t n = bytes.size();
-  std::vector<uint64_t> sizes(size_t(w.size()));
-  w.gatherv(&n, sizeof n, sizes.data(), std::vector<size_t>(size_t(w.size()), sizeof n), 0);
-  std::vector<size_t> recv(sizes.begin(), sizes.end());
-  size_t total = 0;
-  for (size_t s : recv) total += s;
-  std::string all(w.rank() == 0 ? total : 0, '\0');
-  w.gatherv(bytes.data(), bytes.size(), all.data(), recv, 0);
-  return w.rank() == 0 ? parse_ops(all) : std::vector<TraceOp>();
-}
-
 void write_trace(Communicator& w, const DistRuntime& rt, const std::string& path) {
-  std::vector<TraceOp> ops = gather_ops(w, rt.trace()->ops());
+  std::vector<TraceOp> ops = gather_trace_ops(w, rt.trace()->ops());
   if (w.rank() != 0) return;
   write_file_atomic(path, chrome_trace_json(ops));
   std::printf("  wrote %s (%zu ops)\n", path.c_str(), ops.size());
