@@ -30,6 +30,12 @@ class DistRuntime {
   // (topology_of(world)); `training`: gradients will be computed (the
   // transposition rule applies). Throws moe::Error for a config the target
   // cannot run.
+  //
+  // Environment: MOE_SIDE_ENGINE_RT=1 asks for real-time side-engine workers
+  // (SideEngine's `realtime`; its communicators wait politely, so they sleep
+  // while a transfer runs). Off by default: it needs CAP_SYS_NICE and only
+  // pays where the ranks leave no core free for the side engine (the overlap
+  // demo, docs/benchmarks.md). A refusal is one warning on stderr.
   DistRuntime(const Config& cfg, Communicator& world, bool training);
   ~DistRuntime();
 

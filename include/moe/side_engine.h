@@ -62,12 +62,21 @@ class SideEngine {
  public:
   // n_threads >= 0 worker threads (config key side_engine_threads). An
   // engine of 0 threads exists but rejects submit().
-  explicit SideEngine(int n_threads);
+  // realtime: ask for SCHED_FIFO (priority 1) for the workers, so a worker
+  // that becomes runnable (a poll, the next queued collective) preempts the
+  // compute pool at once instead of waiting up to a scheduler tick behind it
+  // on a machine with no spare core. Needs CAP_SYS_NICE; when refused the
+  // workers keep the normal policy (see realtime()). Only for tasks that
+  // sleep while they wait (polite waits, comm.h): a spinning real-time task
+  // takes a core from everything else (the kernel's RT throttling leaves 5%).
+  explicit SideEngine(int n_threads, bool realtime = false);
   ~SideEngine();
   SideEngine(const SideEngine&) = delete;
   SideEngine& operator=(const SideEngine&) = delete;
 
   int threads() const { return int(workers_.size()); }
+  // True when every worker runs SCHED_FIFO (asked for and granted).
+  bool realtime() const { return realtime_; }
 
   // Queues `task`; `name` appears in errors and traces.
   // Throws moe::Error if the engine has no threads, or rethrows a pending
@@ -88,6 +97,7 @@ class SideEngine {
   std::exception_ptr take_error_locked();
 
   std::vector<std::thread> workers_;
+  bool realtime_ = false;
   std::mutex mu_;
   std::condition_variable cv_work_;                    // queue non-empty or stopping
   std::condition_variable cv_idle_;                    // pending_ reached 0

@@ -89,4 +89,23 @@ std::string chrome_trace_json(const std::vector<TraceOp>& ops);
 // order: compare traces taken with side_engine_threads = 1.
 std::string compare_op_sequences(const std::vector<TraceOp>& a, const std::vector<TraceOp>& b);
 
+// Where the compute thread of one rank spent a step (`moe bench --dist`):
+// exposed_comm_us = the union of the compute-engine ops named "AG:", "A2A:",
+// "RS:", "AR:" or "wait:" (the compute thread blocked on communication);
+// compute_us = the union of every other compute-engine op, less the exposed
+// time nested inside it (the FFN waits for its weights inside "ffn[c]").
+// Unions, so nested scopes count once. Side-engine ops are not counted.
+struct ComputeSplit {
+  int64_t exposed_comm_us = 0, compute_us = 0;
+};
+bool is_exposed_comm(const std::string& op_name);
+ComputeSplit split_compute_time(const std::vector<TraceOp>& ops);
+
+// Flat little-endian records (per op: u32 name length, name, i32 engine,
+// i32 rank, i64 start, end, bytes), so ranks can send their ops to rank 0
+// with a gatherv. parse_ops reads a concatenation of such buffers; a
+// truncated buffer is an error.
+std::string serialize_ops(const std::vector<TraceOp>& ops);
+std::vector<TraceOp> parse_ops(const std::string& bytes);
+
 }  // namespace moe

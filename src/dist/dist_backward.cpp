@@ -94,7 +94,8 @@ LayerGrads DistLayer::backward(const DistForward& f, const Tensor& dy_in) const 
     if (name == "router.kernel" || !reduce_moves_data(cfg_, mesh_, name)) return;
     Collective kind = mode == GatherMode::explicit_plan ? Collective::reduce_scatter : Collective::all_reduce;
     Tensor* slot = &t;
-    reduced.push_back(ex.collective(OffloadTarget::fsdp_all_gather, kind, "grad:" + name,
+    const std::string op = std::string(kind == Collective::reduce_scatter ? "RS:grad." : "AR:grad.") + name;
+    reduced.push_back(ex.collective(OffloadTarget::fsdp_all_gather, kind, op,
                                     [this, slot, name, mode](const Mesh& m) { *slot = reduce_gradient(cfg_, m, name, *slot, mode); }));
   });
   ex.compute("router_backward", [&] {

@@ -1,6 +1,7 @@
 #include "moe/dist_runtime.h"
 
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 
 #include "moe/dist_layer.h"
@@ -27,11 +28,17 @@ DistRuntime::DistRuntime(const Config& cfg, Communicator& world, bool training) 
   // The side engine gets communicators of its own (same ranks, same order),
   // so its collectives never interleave with the compute thread's.
   side_world_ = world.split(0, world.rank());
+  side_world_->set_polite_waits(true);  // its waits must not take a core from the compute pool
   side_mesh_ = std::make_unique<Mesh>(*side_world_, mesh_->shape());
   // One worker: collectives on a communicator must be issued in one order on
   // every rank, so the layer's side ops run FIFO on a single thread (extra
   // side_engine_threads are accepted and left unused).
-  side_ = std::make_unique<SideEngine>(1);
+  const char* rt = std::getenv("MOE_SIDE_ENGINE_RT");
+  const bool realtime = rt && std::string(rt) == "1";
+  side_ = std::make_unique<SideEngine>(1, realtime);
+  if (realtime && !side_->realtime())
+    std::fprintf(stderr, "moe: warning: rank %d: MOE_SIDE_ENGINE_RT=1 but SCHED_FIFO was refused (needs "
+                 "CAP_SYS_NICE); the side engine runs at normal priority\n", rank_);
 }
 
 DistRuntime::~DistRuntime() {

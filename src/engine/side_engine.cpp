@@ -2,6 +2,9 @@
 // contract in include/moe/side_engine.h).
 #include "moe/side_engine.h"
 
+#include <pthread.h>
+#include <sched.h>
+
 #include "moe/error.h"
 
 namespace moe {
@@ -39,9 +42,15 @@ const std::string& Event::name() const {
   return state_ ? state_->name : none;
 }
 
-SideEngine::SideEngine(int n_threads) {
+SideEngine::SideEngine(int n_threads, bool realtime) {
   MOE_ASSERT(n_threads >= 0, "side engine thread count must be >= 0");
   for (int i = 0; i < n_threads; ++i) workers_.emplace_back([this] { worker_loop(); });
+  if (!realtime || workers_.empty()) return;
+  realtime_ = true;
+  sched_param sp{};
+  sp.sched_priority = 1;  // the lowest real-time priority: above every normal thread, below the kernel's
+  for (std::thread& t : workers_)
+    realtime_ = pthread_setschedparam(t.native_handle(), SCHED_FIFO, &sp) == 0 && realtime_;
 }
 
 SideEngine::~SideEngine() {

@@ -3,6 +3,7 @@
 #include "moe/trace.h"
 
 #include <algorithm>
+#include <cstring>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -141,6 +142,96 @@ std::string compare_op_sequences(const std::vector<TraceOp>& a, const std::vecto
     if (!diff.empty()) return diff;
   }
   return "";
+}
+
+bool is_exposed_comm(const std::string& n) {
+  for (const char* p : {"AG:", "A2A:", "RS:", "AR:", "wait:"})
+    if (n.rfind(p, 0) == 0) return true;
+  return false;
+}
+
+namespace {
+
+// Total length of the union of [start, end) intervals.
+int64_t union_us(std::vector<std::pair<int64_t, int64_t>> iv) {
+  std::sort(iv.begin(), iv.end());
+  int64_t total = 0, cur_b = 0, cur_e = -1;
+  for (const auto& [b, e] : iv) {
+    if (b > cur_e) {
+      if (cur_e > cur_b) total += cur_e - cur_b;
+      cur_b = b, cur_e = e;
+    } else {
+      cur_e = std::max(cur_e, e);
+    }
+  }
+  if (cur_e > cur_b) total += cur_e - cur_b;
+  return total;
+}
+
+}  // namespace
+
+ComputeSplit split_compute_time(const std::vector<TraceOp>& ops) {
+  std::vector<std::pair<int64_t, int64_t>> comm, all;
+  for (const TraceOp& op : ops) {
+    if (op.engine != OpEngine::compute) continue;
+    all.push_back({op.start_us, op.end_us});
+    if (is_exposed_comm(op.name)) comm.push_back({op.start_us, op.end_us});
+  }
+  ComputeSplit s;
+  s.exposed_comm_us = union_us(std::move(comm));
+  s.compute_us = std::max<int64_t>(union_us(std::move(all)) - s.exposed_comm_us, 0);
+  return s;
+}
+
+namespace {
+
+template <class T>
+void put(std::string& out, T v) {
+  out.append(reinterpret_cast<const char*>(&v), sizeof(v));
+}
+
+template <class T>
+T take(const std::string& in, size_t& pos) {
+  if (pos + sizeof(T) > in.size()) fail("trace records: truncated at byte ", pos, " of ", in.size());
+  T v;
+  std::memcpy(&v, in.data() + pos, sizeof(T));
+  pos += sizeof(T);
+  return v;
+}
+
+}  // namespace
+
+std::string serialize_ops(const std::vector<TraceOp>& ops) {
+  std::string out;
+  for (const TraceOp& op : ops) {
+    put(out, uint32_t(op.name.size()));
+    out += op.name;
+    put(out, int32_t(op.engine));
+    put(out, int32_t(op.rank));
+    put(out, op.start_us);
+    put(out, op.end_us);
+    put(out, op.bytes);
+  }
+  return out;
+}
+
+std::vector<TraceOp> parse_ops(const std::string& in) {
+  std::vector<TraceOp> ops;
+  size_t pos = 0;
+  while (pos < in.size()) {
+    TraceOp op;
+    const uint32_t n = take<uint32_t>(in, pos);
+    if (pos + n > in.size()) fail("trace records: truncated name at byte ", pos);
+    op.name = in.substr(pos, n);
+    pos += n;
+    op.engine = take<int32_t>(in, pos) == int32_t(OpEngine::side) ? OpEngine::side : OpEngine::compute;
+    op.rank = take<int32_t>(in, pos);
+    op.start_us = take<int64_t>(in, pos);
+    op.end_us = take<int64_t>(in, pos);
+    op.bytes = take<int64_t>(in, pos);
+    ops.push_back(std::move(op));
+  }
+  return ops;
 }
 
 }  // namespace moe

@@ -224,5 +224,33 @@ TEST(MpiComm, TwoThreadsOnTwoCommunicators) {
   EXPECT_EQ(main_ok, 20);
 }
 
+// Polite waits (the side engine's communicators) move the same bytes: tagged
+// rows land where the spinning wait puts them, reductions keep their bits,
+// and a split inherits the mode.
+TEST(MpiComm, PoliteWaitsGiveTheSameResults) {
+  Communicator& w = world();
+  auto polite = w.split(0, w.rank());
+  polite->set_polite_waits(true);
+  EXPECT_TRUE(polite->split(0, w.rank())->polite_waits());
+  EXPECT_FALSE(w.polite_waits());
+  std::vector<Row> send;
+  size_t n = 0;
+  A2ALayout l = tagged_layout(w, send, n);
+  std::vector<Row> recv(n, Row{-7, -7, -7});
+  polite->all_to_allv(send.data(), recv.data(), l, sizeof(Row));
+  expect_tagged(w, l, recv);
+  std::fill(recv.begin(), recv.end(), Row{-7, -7, -7});
+  polite->iall_to_allv(send.data(), recv.data(), l, sizeof(Row))->wait();
+  expect_tagged(w, l, recv);
+  const size_t block = 48, m = block * size_t(w.size());
+  std::vector<float> in = contribution(w.rank(), m), rs(block);
+  polite->reduce_scatter_sum(in.data(), rs.data(), block);
+  EXPECT_TRUE(same_bits(rs, rank_order_sum(w.size(), m, block * size_t(w.rank()), block)));
+  int32_t me = 10 + w.rank();
+  std::vector<int32_t> all(size_t(w.size()));
+  polite->all_gather(&me, all.data(), sizeof(me));
+  for (int r = 0; r < w.size(); ++r) EXPECT_EQ(all[size_t(r)], 10 + r);
+}
+
 }  // namespace
 }  // namespace moe::testing

@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
 
 #include "moe/config.h"
 #include "moe/layer.h"
@@ -103,6 +105,34 @@ TEST_F(CliStep, BadInputsAreNamedErrors) {
   }
   EXPECT_NE(moe("--help").out.find("step"), std::string::npos);
   EXPECT_NE(moe("step --help").out.find("--weights"), std::string::npos);
+}
+
+// --trace on one rank: the distributed path (bit-identical to the plain
+// step) and a Chrome trace JSON with the step's ops on rank 0's compute track.
+TEST_F(CliStep, TraceWritesChromeJsonOfTheStep) {
+  ASSERT_EQ(moe("init --config " + cfg_ + " --out " + dir_.file("w.st") + " --inputs " + dir_.file("in.st") +
+                " --tokens 12").exit_code, 0);
+  const std::string step = "step --config " + cfg_ + " --weights " + dir_.file("w.st") + " --inputs " + dir_.file("in.st");
+  auto r = moe(step + " --out " + dir_.file("plain.st"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  r = moe(step + " --out " + dir_.file("traced.st") + " --trace " + dir_.file("t.json") + " num_moe_token_chunks=2");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  SafetensorsFile plain = read_safetensors(dir_.file("plain.st")), traced = read_safetensors(dir_.file("traced.st"));
+  for (const char* n : {"y", "grad.x", "grad.router.kernel", "grad.experts.wi_0", "grad.experts.wo"})
+    EXPECT_TRUE(plain.at(n).bit_equal(traced.at(n))) << n;
+  nlohmann::json doc = nlohmann::json::parse(testing::slurp_text(dir_.file("t.json")));
+  std::set<std::string> names;
+  for (const auto& ev : doc.at("traceEvents")) {
+    if (ev.at("ph") != "X") continue;
+    EXPECT_EQ(ev.at("pid"), 0);
+    EXPECT_EQ(ev.at("tid"), 0);  // no offload target: compute track only
+    EXPECT_GE(ev.at("dur").get<int64_t>(), 0);
+    names.insert(ev.at("name").get<std::string>());
+  }
+  for (const char* n : {"router", "AG:aux_stats", "sort[0]", "permute[1]", "ffn[0]", "combine[1]",
+                        "combine_backward[0]", "ffn_backward[1]", "permute_backward[0]", "weight_grads",
+                        "router_backward", "AR:grad.router.kernel"})
+    EXPECT_TRUE(names.count(n)) << "missing op " << n;
 }
 
 }  // namespace

@@ -3,6 +3,8 @@
 #include "moe/side_engine.h"
 
 #include <gtest/gtest.h>
+#include <pthread.h>
+#include <sched.h>
 
 #include <atomic>
 #include <chrono>
@@ -190,6 +192,25 @@ TEST(SideEngine, DefaultEventIsReady) {
   EXPECT_TRUE(e.ready());
   EXPECT_NO_THROW(e.wait());
   EXPECT_EQ(e.name(), "");
+}
+
+// Real-time workers: granted (root / CAP_SYS_NICE) they run SCHED_FIFO;
+// refused they keep the normal policy. Either way tasks run as before.
+TEST(SideEngine, RealtimeWorkersRunTasksUnderTheGrantedPolicy) {
+  SideEngine rt(1, /*realtime=*/true);
+  int policy = -1;
+  rt.submit("policy", [&] {
+      sched_param sp{};
+      pthread_getschedparam(pthread_self(), &policy, &sp);
+    }).wait();
+  EXPECT_EQ(policy == SCHED_FIFO, rt.realtime());
+  SideEngine normal(1);
+  EXPECT_FALSE(normal.realtime());
+  normal.submit("policy", [&] {
+      sched_param sp{};
+      pthread_getschedparam(pthread_self(), &policy, &sp);
+    }).wait();
+  EXPECT_EQ(policy, SCHED_OTHER);
 }
 
 }  // namespace

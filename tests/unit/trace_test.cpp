@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "moe/error.h"
 #include "moe/side_engine.h"
 
 namespace moe {
@@ -120,6 +121,35 @@ TEST(StepTrace, CompareOpSequencesIgnoresTimesButNotNamesOrEngines) {
   auto other_rank = b;
   other_rank[1].rank = 1;
   EXPECT_NE(compare_op_sequences(a, other_rank), "");
+}
+
+TEST(StepTrace, SplitComputeTimeCountsNestedWaitsOnce) {
+  // ffn [10, 50) holds a wait [20, 30); an all-gather [0, 10); a side op is ignored.
+  std::vector<TraceOp> ops = {{"wait:AG:experts.wo", OpEngine::compute, 0, 20, 30, 0},
+                              {"ffn[0]", OpEngine::compute, 0, 10, 50, 0},
+                              {"AG:aux_stats", OpEngine::compute, 0, 0, 10, 64},
+                              {"A2A:dispatch[0]", OpEngine::side, 0, 0, 100, 0},
+                              {"combine[0]", OpEngine::compute, 0, 60, 65, 0}};
+  ComputeSplit s = split_compute_time(ops);
+  EXPECT_EQ(s.exposed_comm_us, 20);
+  EXPECT_EQ(s.compute_us, 35);
+  EXPECT_TRUE(is_exposed_comm("RS:dx[1]"));
+  EXPECT_FALSE(is_exposed_comm("router"));
+}
+
+TEST(StepTrace, SerializedOpsRoundTripAndConcatenate) {
+  std::vector<TraceOp> a = {{"router", OpEngine::compute, 0, 1, 2, 3}, {"A2A:x", OpEngine::side, 0, 4, 9, 1 << 20}};
+  std::vector<TraceOp> b = {{"", OpEngine::side, 1, 0, 0, 0}};
+  std::vector<TraceOp> got = parse_ops(serialize_ops(a) + serialize_ops(b));
+  ASSERT_EQ(got.size(), 3u);
+  EXPECT_EQ(got[1].name, "A2A:x");
+  EXPECT_EQ(got[1].engine, OpEngine::side);
+  EXPECT_EQ(got[1].end_us, 9);
+  EXPECT_EQ(got[1].bytes, 1 << 20);
+  EXPECT_EQ(got[2].rank, 1);
+  std::string cut = serialize_ops(a);
+  cut.pop_back();
+  EXPECT_THROW(parse_ops(cut), Error);
 }
 
 }  // namespace

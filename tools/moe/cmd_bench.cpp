@@ -1,9 +1,12 @@
 // moe bench [--case NAME]... [--dtype bf16|f32] [--iters N] [--warmup N] [--json FILE]
 // Checks each variant bit for bit against its baseline, then times it
 // (docs/benchmarks.md). Exits 1 when any check fails.
+// moe bench --dist [--variant NAME]... [--tokens N] [--iters N] [--warmup N] [--json FILE] [key=value ...]
+// (under mpirun): the distributed layer's table (bench_dist.cpp).
 #include <cstdio>
 
 #include "bench/harness.h"
+#include "bench_dist.h"
 #include "commands.h"
 #include "io/atomic_file.h"
 
@@ -15,6 +18,8 @@ struct BenchArgs {
   int iters = 5, warmup = 1;
   uint64_t seed = 0;
   bool list = false;
+  bool dist = false;
+  BenchDistArgs d;
 };
 
 void list_cases() {
@@ -25,6 +30,12 @@ void list_cases() {
 }
 
 void run_bench_cmd(const BenchArgs& a) {
+  if (a.dist) {
+    BenchDistArgs d = a.d;
+    d.json = a.json, d.iters = a.iters, d.warmup = a.warmup, d.seed = a.seed, d.list = a.list;
+    return run_bench_dist(d);
+  }
+  if (!a.d.variants.empty() || !a.d.overrides.empty()) fail("--variant and key=value need --dist");
   if (a.list) return list_cases();
   bench::BenchOptions o;
   o.cases = a.cases;
@@ -61,7 +72,14 @@ void add_bench(CLI::App& app) {
   c->add_option("--warmup", a->warmup, "Untimed iterations after the check run (default 1)");
   c->add_option("--seed", a->seed, "Seed of the inputs (weights come from the case)");
   c->add_option("--json", a->json, "Write the results as JSON (SPEC.md §7) to this file");
-  c->add_flag("--list", a->list, "List the cases and exit");
+  c->add_flag("--list", a->list, "List the cases (with --dist: the variants) and exit");
+  c->add_flag("--dist", a->dist, "The distributed layer's table under mpirun (docs/benchmarks.md, Distributed)");
+  c->add_option("--variant", a->d.variants, "--dist: run only these variants (and their baselines)");
+  c->add_option("--probe-mb", a->d.probe_mb, "--dist: only time an all-to-all of this many MB per rank (link probe)");
+  c->add_option("--probe-calls", a->d.probe_calls, "--dist: split the probe's bytes over this many all-to-alls");
+  c->add_option("--trace-dir", a->d.trace_dir, "--dist: write each variant's last timed step as DIR/<variant>.json (Chrome trace)");
+  c->add_option("--tokens", a->d.tokens, "--dist: tokens per rank (default 256)");
+  c->add_option("overrides", a->d.overrides, "--dist: key=value overrides of the layer (D=1024 F=512 E=8 K=2 bf16)");
   c->callback([a] { run_bench_cmd(*a); });
 }
 

@@ -1,4 +1,4 @@
-// moe step --config C --weights W --inputs I --out O [key=value ...]
+// moe step --config C --weights W --inputs I --out O [--trace FILE] [key=value ...]
 // One forward (and backward when the inputs hold dy); the output file
 // contract is SPEC.md §7 (docs/formats.md). Under mpirun with any
 // parallelism the files are the same as single-process (step_dist.cpp).
@@ -6,8 +6,6 @@
 
 #include "cli_util.h"
 #include "commands.h"
-#include "moe/offload.h"
-#include "moe/topology.h"
 #include "step_dist.h"
 
 namespace moe::cli {
@@ -42,17 +40,12 @@ void run_single(const Config& cfg, const StepPaths& p) {
 
 void run_step(const StepArgs& a) {
   Config cfg = load(a.config, a.overrides);
-  if (distributed(cfg))
+  if (distributed(cfg) || !a.paths.trace.empty())
     run_step_distributed(cfg, a.paths);
   else
     run_single(cfg, a.paths);
 }
 }  // namespace
-
-bool fsdp_plan_live(const Config& cfg) {
-  TargetCheck chk = check_target(cfg, topology_of(world()), true);
-  return chk.offload.live.count(OffloadTarget::fsdp_all_gather) > 0;
-}
 
 void write_step_outputs(const Config& cfg, const StepResult& r, bool backward, const std::string& path) {
   const LayerOutputs& o = r.outputs;
@@ -85,6 +78,9 @@ void add_step(CLI::App& app) {
   c->add_option("--weights", a->paths.weights, "Weights file (.safetensors, names of SPEC.md §7)")->required();
   c->add_option("--inputs", a->paths.inputs, "Inputs file (.safetensors)")->required();
   c->add_option("--out", a->paths.out, "Outputs file (.safetensors), written atomically")->required();
+  c->add_option("--trace", a->paths.trace,
+                "Write the step trace as Chrome trace JSON (Perfetto): every rank's ops, one track per\n"
+                "engine per rank (docs/offload.md). The step then runs through the distributed layer.");
   c->add_option("overrides", a->overrides, "key=value config overrides");
   c->callback([a] { run_step(*a); });
 }

@@ -1,13 +1,16 @@
 // `moe step` under mpirun: rank 0 reads and writes whole tensors (SPEC.md §7),
-// so the files are the same as single-process; the layer runs distributed.
+// so the files are the same as single-process; the layer runs distributed
+// through a DistRuntime (live offload targets run on its side engine).
 #include "step_dist.h"
 
 #include <cstdio>
 
 #include "cli_util.h"
+#include "io/atomic_file.h"
 #include "moe/comm_tensor.h"
 #include "moe/dist_layer.h"
-#include "moe/mesh.h"
+#include "moe/dist_runtime.h"
+#include "moe/trace_gather.h"
 
 namespace moe::cli {
 namespace {
@@ -54,16 +57,26 @@ Tensor sum_group_sizes(Communicator& w, const Tensor& local) {
   return sum;
 }
 
+void write_trace(Communicator& w, const DistRuntime& rt, const std::string& path) {
+  std::vector<TraceOp> ops = gather_trace_ops(w, rt.trace()->ops());
+  if (w.rank() != 0) return;
+  write_file_atomic(path, chrome_trace_json(ops));
+  std::printf("  wrote %s (%zu ops)\n", path.c_str(), ops.size());
+}
+
 void run(const Config& cfg, const StepPaths& p, Communicator& w) {
-  MeshShape shape = check_parallel_config(cfg, w.size());
-  Mesh mesh(w, shape);
-  DistLayer layer(cfg, mesh, fsdp_plan_live(cfg));
-  LayerWeights shards = layer.shard(broadcast_weights(cfg, w, p.weights));
+  LayerWeights full = broadcast_weights(cfg, w, p.weights);
   Inputs in = scatter_inputs(w, p.inputs);
+  const bool has_dy = in.dy.defined() && in.dy.numel();
+  DistRuntime rt(cfg, w, /*training=*/has_dy);
+  if (!p.trace.empty()) rt.enable_trace(true);
+  DistLayer layer(cfg, rt);
+  LayerWeights shards = layer.shard(full);
   LayerOutputs o;
+  if (rt.trace()) rt.trace()->restart();
   auto fwd = layer.forward(shards, in.x, in.forced.defined() && in.forced.numel() ? &in.forced : nullptr, o);
   LayerGrads g;
-  if (in.dy.defined() && in.dy.numel()) g = layer.backward(*fwd, in.dy);
+  if (has_dy) g = layer.backward(*fwd, in.dy);
   const bool backward = g.dx.defined() && g.dx.numel();
   StepResult r;
   r.outputs.y = gather_rows(w, o.y, 0);
@@ -81,6 +94,7 @@ void run(const Config& cfg, const StepPaths& p, Communicator& w) {
     r.grads.weights = layer.unshard_to_root(g.weights);
   }
   if (w.rank() == 0) write_step_outputs(cfg, r, backward, p.out);
+  if (!p.trace.empty()) write_trace(w, rt, p.trace);
 }
 
 }  // namespace

@@ -11,6 +11,7 @@ namespace moe::cli {
 
 struct StepPaths {
   std::string weights, inputs, out;
+  std::string trace;  // optional: Chrome trace JSON of the step, every rank's ops (written by rank 0)
 };
 
 struct StepResult {
@@ -21,10 +22,10 @@ struct StepResult {
 // Writes the contracted output file (grads only when `backward`), and prints a summary.
 void write_step_outputs(const Config& cfg, const StepResult& r, bool backward, const std::string& path);
 
-// True when the fsdp_all_gather offload target is live for this run (the
-// explicit gather plan replaces the boundary gather).
-bool fsdp_plan_live(const Config& cfg);
-
+// The distributed layer through a DistRuntime (offload targets live, side
+// engine), on any number of ranks (one rank equals the single-process layer
+// bit for bit). With paths.trace: the step trace of every rank gathered on
+// rank 0 and written as Chrome trace JSON (one track per engine per rank).
 void run_step_distributed(const Config& cfg, const StepPaths& paths);
 
 }  // namespace moe::cli

@@ -1,0 +1,81 @@
+// `moe bench --dist` (docs/benchmarks.md, "Distributed"): the seed's table
+// for the distributed layer. Each variant is a mesh and a feature set (offload
+// targets, token chunks, ring of experts) run on world ranks [0, ranks) under
+// mpirun; per step: barrier, reset the collective counters and the step
+// trace, forward + backward, then the step time, the exposed communication
+// and compute time from the trace (split_compute_time, include/moe/trace.h)
+// and the counters, each the max over the variant's ranks.
+#pragma once
+
+#include <array>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "moe/comm.h"
+#include "moe/config.h"
+
+namespace moe::bench {
+
+struct DistVariant {
+  std::string name;
+  int data = 1, fsdp = 1, expert = 1;  // mesh; ranks = the product
+  void (*tweak)(Config&) = nullptr;    // features on top of the base config
+  std::string baseline;                // variant it is compared with ("" = a baseline)
+  std::string what;                    // one line for --list and docs
+  int ranks() const { return data * fsdp * expert; }
+};
+
+// The registry, baselines before the variants compared with them.
+const std::vector<DistVariant>& dist_variants();
+// The named variants (all when empty) in registry order, each preceded by its
+// baseline. An unknown name is an error listing the known ones.
+std::vector<DistVariant> select_dist_variants(const std::vector<std::string>& names);
+Config dist_variant_config(const Config& base, const DistVariant& v);
+
+// The layer of the table: Mixtral-like, scaled for a small CPU (D=1024,
+// F=512, E=8, K=2, bf16), then `key=value` overrides (validated).
+Config dist_bench_config(const std::vector<std::string>& overrides);
+
+struct DistBenchOptions {
+  Config base;
+  int64_t tokens = 256;  // per rank
+  int iters = 5, warmup = 1;
+  uint64_t seed = 0;
+  std::vector<std::string> variants;  // empty: every variant
+  std::string trace_dir;  // non-empty: the last timed step's trace of each variant, DIR/<variant>.json
+};
+
+struct DistResult {
+  std::string variant, baseline;
+  std::string skipped;  // why it did not run ("" when it ran)
+  int ranks = 0, iters = 0;
+  double median_ms = 0, min_ms = 0, max_ms = 0;
+  bool has_baseline = false;  // vs_baseline_pct is set
+  double vs_baseline_pct = 0;
+  double exposed_comm_ms = 0, compute_ms = 0;  // medians over the timed steps
+  std::array<int64_t, kNumCollKinds> counts{}, bytes{};  // per step, max over ranks
+};
+
+// Collective over `world`. Results (complete on world rank 0 only) in run
+// order; `on_result` is called on rank 0 as each is ready.
+std::vector<DistResult> run_dist_bench(const DistBenchOptions& o, Communicator& world,
+                                       const std::function<void(const DistResult&)>& on_result = {});
+
+// Times `calls` all-to-alls moving `bytes` per rank in all (bytes/(W*calls)
+// to each rank per call) over `world`, `iters` times after one untimed run:
+// the communication of a step alone (bytes and calls as its A2A counters).
+// bytes_out: what leaves each rank; mbit_per_s: bytes_out over the median time.
+struct ProbeResult {
+  double median_ms = 0, mbit_per_s = 0;
+  int64_t bytes_out = 0;
+};
+ProbeResult probe_all_to_all(Communicator& world, int64_t bytes, int iters, int calls = 1);
+
+// dist_report.cpp: a text table, and {"dist_results": [...]} (skipped
+// variants go to "skipped": [{"variant", "why"}]).
+std::string format_dist_header();
+std::string format_dist_row(const DistResult& r);
+std::string dist_results_json(const std::vector<DistResult>& results);
+
+}  // namespace moe::bench

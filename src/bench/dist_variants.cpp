@@ -1,0 +1,91 @@
+// The variants of `moe bench --dist`: the seed's benchmark table (SPEC.md §6)
+// plus the chunked ones where a chunk's communication can overlap another
+// chunk's compute, and the 2-rank ones of the overlap demo (scripts/overlap.sh).
+#include <algorithm>
+
+#include "bench/dist_bench.h"
+
+namespace moe::bench {
+namespace {
+
+void off_fsdp(Config& c) { c.moe_offload_targets = "fsdp_all_gather"; }
+void off_ep(Config& c) { c.moe_offload_targets = "ep_collectives"; }
+void off_sort(Config& c) { c.moe_offload_targets = "ragged_sort"; }
+void off_all(Config& c) { c.moe_offload_targets = "all"; }
+void chunks4(Config& c) { c.num_moe_token_chunks = 4; }
+void chunks4_all(Config& c) { chunks4(c), off_all(c); }
+void ring_chunks4(Config& c) { c.use_ring_of_experts = true, chunks4(c); }
+void ring_chunks4_all(Config& c) { ring_chunks4(c), off_all(c); }
+// One rank doing what one rank of ep2 does: E/2 experts on its own tokens' T*K rows, 4 chunks.
+void half_experts_chunks4(Config& c) { c.num_experts /= 2, chunks4(c); }
+
+std::vector<DistVariant> make() {
+  return {
+      {"baseline_fsdp4", 1, 4, 1, nullptr, "", "FSDP over 4 ranks, boundary gather"},
+      {"fsdp4+fsdp_all_gather", 1, 4, 1, off_fsdp, "baseline_fsdp4", "weight gathers on the side engine"},
+      {"baseline_ep4", 1, 1, 4, nullptr, "", "expert parallelism over 4 ranks (ragged all-to-all)"},
+      {"ep4+ep_collectives", 1, 1, 4, off_ep, "baseline_ep4", "count exchanges and all-to-alls on the side engine"},
+      {"ep4+ragged_sort", 1, 1, 4, off_sort, "baseline_ep4", "routing index math on the side engine"},
+      {"ep4+all", 1, 1, 4, off_all, "baseline_ep4", "every target live"},
+      {"baseline_fsdp2_ep2", 1, 2, 2, nullptr, "", "FSDP 2 x EP 2"},
+      {"fsdp2_ep2+all", 1, 2, 2, off_all, "baseline_fsdp2_ep2", "every target live"},
+      {"baseline_ep4_chunks4", 1, 1, 4, chunks4, "", "ep4 in 4 token chunks"},
+      {"ep4_chunks4+all", 1, 1, 4, chunks4_all, "baseline_ep4_chunks4", "4 chunks pipelined, every target live"},
+      {"baseline_ring4_chunks4", 1, 1, 4, ring_chunks4, "", "ring of experts over 4 ranks, 4 chunks"},
+      {"ring4_chunks4+all", 1, 1, 4, ring_chunks4_all, "baseline_ring4_chunks4", "ring, 4 chunks, every target"},
+      {"compute_only_ep2_chunks4", 1, 1, 1, half_experts_chunks4, "",
+       "one rank's compute of ep2_chunks4 alone (E/2 experts, T*K rows, no communication)"},
+      {"baseline_ep2_chunks4", 1, 1, 2, chunks4, "", "ep2 in 4 token chunks"},
+      {"ep2_chunks4+all", 1, 1, 2, chunks4_all, "baseline_ep2_chunks4", "ep2, 4 chunks pipelined, every target"},
+      {"baseline_ring2_chunks4", 1, 1, 2, ring_chunks4, "", "ring of experts over 2 ranks, 4 chunks"},
+      {"ring2_chunks4+all", 1, 1, 2, ring_chunks4_all, "baseline_ring2_chunks4", "ring over 2, 4 chunks, every target"},
+  };
+}
+
+const DistVariant* find(const std::string& name) {
+  for (const DistVariant& v : dist_variants())
+    if (v.name == name) return &v;
+  return nullptr;
+}
+
+}  // namespace
+
+const std::vector<DistVariant>& dist_variants() {
+  static const std::vector<DistVariant> v = make();
+  return v;
+}
+
+std::vector<DistVariant> select_dist_variants(const std::vector<std::string>& names) {
+  if (names.empty()) return dist_variants();
+  std::vector<std::string> want;
+  for (const std::string& n : names) {
+    const DistVariant* v = find(n);
+    if (!v) {
+      std::string known;
+      for (const DistVariant& k : dist_variants()) known += (known.empty() ? "" : ", ") + k.name;
+      fail("unknown variant '", n, "' (known variants: ", known, ")");
+    }
+    if (!v->baseline.empty()) want.push_back(v->baseline);
+    want.push_back(n);
+  }
+  std::vector<DistVariant> out;
+  for (const DistVariant& v : dist_variants())
+    if (std::find(want.begin(), want.end(), v.name) != want.end()) out.push_back(v);
+  return out;
+}
+
+Config dist_variant_config(const Config& base, const DistVariant& v) {
+  Config c = base;
+  c.data_parallelism = v.data;
+  c.fsdp_parallelism = v.fsdp;
+  c.expert_parallelism = v.expert;
+  if (v.tweak) v.tweak(c);
+  return c;
+}
+
+Config dist_bench_config(const std::vector<std::string>& overrides) {
+  const char* yaml = "num_experts: 8\nnum_experts_per_tok: 2\nemb_dim: 1024\nmoe_mlp_dim: 512\ndtype: bf16\n";
+  return parse_config(yaml, "<moe bench --dist>", overrides).config;
+}
+
+}  // namespace moe::bench

@@ -1,0 +1,69 @@
+// `moe bench --dist` (bench_dist.h): rank 0 prints the table as rows arrive
+// and writes the JSON; an error on any rank takes the job down.
+#include "bench_dist.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+
+#include "bench/dist_bench.h"
+#include "cli_util.h"
+#include "io/atomic_file.h"
+
+namespace moe::cli {
+namespace {
+
+void list_variants() {
+  for (const bench::DistVariant& v : bench::dist_variants())
+    std::printf("%-24s ranks %d  %s\n", v.name.c_str(), v.ranks(), v.what.c_str());
+}
+
+void probe(const BenchDistArgs& a, Communicator& w) {
+  bench::ProbeResult r =
+      bench::probe_all_to_all(w, int64_t(a.probe_mb * 1e6), std::max(a.iters, 1), std::max(a.probe_calls, 1));
+  if (w.rank() == 0)
+    std::printf("probe: %d all-to-all(s), %d ranks, %.2f MB out of each rank: median %.2f ms = %.0f Mbit/s per rank\n",
+                std::max(a.probe_calls, 1), w.size(), double(r.bytes_out) / 1e6, r.median_ms, r.mbit_per_s);
+}
+
+void run(const BenchDistArgs& a, Communicator& w) {
+  if (a.probe_mb > 0) return probe(a, w);
+  bench::DistBenchOptions o;
+  o.base = bench::dist_bench_config(a.overrides);
+  o.tokens = a.tokens, o.iters = a.iters, o.warmup = a.warmup, o.seed = a.seed, o.variants = a.variants;
+  o.trace_dir = a.trace_dir;
+  if (o.tokens < 1) fail("--tokens must be >= 1 (got ", o.tokens, ")");
+  const bool root = w.rank() == 0;
+  if (root && !a.trace_dir.empty()) std::filesystem::create_directories(a.trace_dir);
+  if (root) {
+    std::printf("moe bench --dist: T=%lld per rank, D=%lld F=%lld E=%lld K=%lld dtype=%s, %d rank(s), %d iters\n",
+                (long long)o.tokens, (long long)o.base.emb_dim, (long long)o.base.moe_mlp_dim,
+                (long long)o.base.num_experts, (long long)o.base.num_experts_per_tok, dtype_name(o.base.dtype),
+                w.size(), o.iters);
+    std::fputs(bench::format_dist_header().c_str(), stdout);
+    std::fflush(stdout);
+  }
+  auto rows = bench::run_dist_bench(o, w, [](const bench::DistResult& r) {
+    std::fputs(bench::format_dist_row(r).c_str(), stdout);
+    std::fflush(stdout);
+  });
+  if (root && !a.json.empty()) {
+    write_file_atomic(a.json, bench::dist_results_json(rows));
+    std::printf("wrote %s\n", a.json.c_str());
+  }
+}
+
+}  // namespace
+
+void run_bench_dist(const BenchDistArgs& a) {
+  if (a.list) return list_variants();
+  Communicator& w = world();
+  try {
+    run(a, w);
+  } catch (const Error& e) {
+    if (w.size() == 1) throw;
+    w.abort(e.what());  // never leave the other ranks hanging
+  }
+}
+
+}  // namespace moe::cli
