@@ -122,7 +122,9 @@ Config case_config(const Case& c, DType dtype) {
   cfg.mlp_activation = c.activation;
   cfg.capacity_factor = c.capacity_factor;
   cfg.dtype = dtype;
-  cfg.weight_dtype = DType::f32;
+  // Weights stored in the compute dtype: the layer step, without the per-step
+  // cast of f32 master weights (`moe bench --weight-dtype f32` measures that too).
+  cfg.weight_dtype = dtype;
   return cfg;
 }
 

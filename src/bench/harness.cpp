@@ -109,6 +109,7 @@ void measure_bandwidth(CaseRun& run, const Tensor& topk_idx) {
 void run_variant(CaseRun& run, const Variant& v, std::vector<BenchResult>& rows,
                  const std::function<void(const BenchResult&)>& on_result) {
   Config cfg = variant_config(run.c, run.opts.dtype, v);
+  if (run.opts.weight_dtype) cfg.weight_dtype = *run.opts.weight_dtype;
   LayerWeights w = init_weights(cfg, run.c.seed);
   StepOutputs s = run_step(cfg, w, run.in);
   if (!run.bw_measured) measure_bandwidth(run, s.topk_idx);

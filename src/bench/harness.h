@@ -6,6 +6,7 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,7 @@ namespace moe::bench {
 struct BenchOptions {
   std::vector<std::string> cases;  // empty: bench_cases()
   DType dtype = DType::bf16;
+  std::optional<DType> weight_dtype;  // stored weights; default: the compute dtype
   int iters = 5;   // timed iterations per variant (>= 1)
   int warmup = 1;  // untimed iterations after the check run (>= 0)
   uint64_t seed = 0;

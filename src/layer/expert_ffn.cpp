@@ -1,6 +1,8 @@
 #include "layer/expert_ffn.h"
 
 #include "kernels/activation.h"
+#include <cstring>
+
 #include "moe/thread_pool.h"
 
 namespace moe {
@@ -63,6 +65,16 @@ void drhs_fused(const FfnWeights& w, const Tensor& xs, const Tensor& dh, const G
 // Rows of the local groups [0, E_l): the rows every elementwise step covers.
 int64_t local_rows(const FfnWeights& w, const GroupLayout& g) { return g.offsets[size_t(w.experts)]; }
 
+// [R, C] whose rows [valid, R) are zero; the rest is left for the kernels to
+// write (every GEMM and activation kernel writes all rows of the local groups),
+// so only the tail is cleared: no memset of the whole activation.
+Tensor rows_tensor(DType dt, int64_t R, int64_t C, int64_t valid) {
+  Tensor t = Tensor::empty(dt, {R, C});
+  const size_t rb = size_t(C) * dtype_size(dt);
+  std::memset(static_cast<std::byte*>(t.raw()) + size_t(valid) * rb, 0, size_t(R - valid) * rb);
+  return t;
+}
+
 // dst = round(a + b) over all elements (a, b f32; dst dtype).
 void add_round(const Tensor& a, const Tensor& b, Tensor& dst) {
   parallel_for(a.numel(), 4096, [&](int64_t s, int64_t e) {
@@ -81,24 +93,25 @@ FfnActivations ffn_forward(const Config& cfg, const FfnWeights& w, const Tensor&
   const int64_t R = xs.dim(0), F = cfg.moe_mlp_dim, D = cfg.emb_dim;
   const DType dt = cfg.dtype;
   FfnActivations act;
+  const int64_t valid = local_rows(w, g);
   RowView v0, v1;
   if (w.prefused) {
-    act.h = Tensor(dt, {R, 2 * F});
+    act.h = rows_tensor(dt, R, 2 * F, valid);
     up_fused(w, xs, g, act.h);
     v0 = {act.h, 0, 2 * F};
     v1 = {act.h, F, 2 * F};
   } else {
-    act.h0 = Tensor(dt, {R, F});
-    act.h1 = Tensor(dt, {R, F});
+    act.h0 = rows_tensor(dt, R, F, valid);
+    act.h1 = rows_tensor(dt, R, F, valid);
     w.ready(FfnPart::up);
     gmm(xs, w.wi_0, g, 0, act.h0);
     gmm(xs, w.wi_1, g, 0, act.h1);
     v0 = {act.h0, 0, F};
     v1 = {act.h1, 0, F};
   }
-  act.a = Tensor(dt, {R, F});
-  gated_act_forward(cfg.mlp_activation, v0, v1, local_rows(w, g), F, act.a);
-  act.ys = Tensor(dt, {R, D});
+  act.a = rows_tensor(dt, R, F, valid);
+  gated_act_forward(cfg.mlp_activation, v0, v1, valid, F, act.a);
+  act.ys = rows_tensor(dt, R, D, valid);
   w.ready(FfnPart::down);
   gmm(act.a, w.wo, g, 0, act.ys);
   return act;
@@ -112,21 +125,21 @@ Tensor ffn_backward_data(const Config& cfg, const FfnWeights& w, const Tensor& x
   keep.xs = xs;
   keep.a = act.a;
   keep.dys = dys;
-  Tensor da(dt, {R, F});
+  Tensor da = rows_tensor(dt, R, F, rows);
   gmm_dlhs(dys, w.wo, g, 0, da);
-  Tensor dxs(dt, {R, D});
+  Tensor dxs = rows_tensor(dt, R, D, rows);
   if (w.prefused) {
-    keep.dh = Tensor(dt, {R, 2 * F});
+    keep.dh = rows_tensor(dt, R, 2 * F, rows);
     gated_act_backward(cfg.mlp_activation, {act.h, 0, 2 * F}, {act.h, F, 2 * F}, da, rows, F,
                        {keep.dh, 0, 2 * F}, {keep.dh, F, 2 * F});
     dlhs_fused(w, keep.dh, g, dxs);
     return dxs;
   }
-  keep.dh0 = Tensor(dt, {R, F});
-  keep.dh1 = Tensor(dt, {R, F});
+  keep.dh0 = rows_tensor(dt, R, F, rows);
+  keep.dh1 = rows_tensor(dt, R, F, rows);
   gated_act_backward(cfg.mlp_activation, {act.h0, 0, F}, {act.h1, 0, F}, da, rows, F, {keep.dh0, 0, F},
                      {keep.dh1, 0, F});
-  Tensor p0(DType::f32, {R, D}), p1(DType::f32, {R, D});
+  Tensor p0 = rows_tensor(DType::f32, R, D, rows), p1 = rows_tensor(DType::f32, R, D, rows);
   gmm_dlhs(keep.dh0, w.wi_0, g, 0, p0);
   gmm_dlhs(keep.dh1, w.wi_1, g, 0, p1);
   add_round(p0, p1, dxs);
@@ -135,17 +148,18 @@ Tensor ffn_backward_data(const Config& cfg, const FfnWeights& w, const Tensor& x
 
 void ffn_weight_grads(const FfnWeights& w, const FfnGradInputs& in, const GroupLayout& g, LayerWeights& grads) {
   const int64_t El = w.wo.dim(0), F = w.wo.dim(1), D = w.wo.dim(2);
-  grads.wo = Tensor(DType::f32, {El, F, D});
+  // gmm_drhs writes every local group (zeros for an empty one): no clearing.
+  grads.wo = Tensor::empty(DType::f32, {El, F, D});
   gmm_drhs(in.a, in.dys, g, 0, grads.wo);
   if (w.prefused) {
     const int64_t E = w.split ? 2 * w.wi_lo.dim(0) : El;
-    Tensor dwi(DType::f32, {E, D, 2 * F});
+    Tensor dwi = Tensor::empty(DType::f32, {E, D, 2 * F});
     drhs_fused(w, in.xs, in.dh, g, dwi);
     grads.wi = w.split ? dwi.reshaped({2, E, D / 2, 2 * F}) : dwi;
     return;
   }
-  grads.wi_0 = Tensor(DType::f32, {El, D, F});
-  grads.wi_1 = Tensor(DType::f32, {El, D, F});
+  grads.wi_0 = Tensor::empty(DType::f32, {El, D, F});
+  grads.wi_1 = Tensor::empty(DType::f32, {El, D, F});
   gmm_drhs(in.xs, in.dh0, g, 0, grads.wi_0);
   gmm_drhs(in.xs, in.dh1, g, 0, grads.wi_1);
 }

@@ -14,7 +14,7 @@ namespace moe::cli {
 namespace {
 struct BenchArgs {
   std::vector<std::string> cases;
-  std::string dtype = "bf16", json;
+  std::string dtype = "bf16", weight_dtype, json;
   int iters = 5, warmup = 1;
   uint64_t seed = 0;
   bool list = false;
@@ -40,6 +40,7 @@ void run_bench_cmd(const BenchArgs& a) {
   bench::BenchOptions o;
   o.cases = a.cases;
   o.dtype = a.dtype == "f32" ? DType::f32 : DType::bf16;
+  if (!a.weight_dtype.empty()) o.weight_dtype = a.weight_dtype == "f32" ? DType::f32 : DType::bf16;
   o.iters = a.iters, o.warmup = a.warmup, o.seed = a.seed;
   std::fputs(bench::format_table_header().c_str(), stdout);
   std::fflush(stdout);
@@ -68,6 +69,9 @@ void add_bench(CLI::App& app) {
       "next to a dense GEMM baseline and memcpy measured in the same run. See docs/benchmarks.md.");
   c->add_option("--case", a->cases, "Case name (repeatable; default: every bench case). --list shows them");
   c->add_option("--dtype", a->dtype, "Activation dtype")->check(CLI::IsMember({"bf16", "f32"}));
+  c->add_option("--weight-dtype", a->weight_dtype,
+                "Stored weight dtype (default: the activation dtype); f32 with --dtype bf16 adds the per-step cast")
+      ->check(CLI::IsMember({"bf16", "f32"}));
   c->add_option("--iters", a->iters, "Timed iterations per variant (default 5)");
   c->add_option("--warmup", a->warmup, "Untimed iterations after the check run (default 1)");
   c->add_option("--seed", a->seed, "Seed of the inputs (weights come from the case)");
