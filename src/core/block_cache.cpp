@@ -13,7 +13,7 @@ struct Cache {
   size_t cached_bytes = 0;                   // GUARDED_BY(mu)
   size_t cap_bytes = [] {
     const char* s = std::getenv("MOE_ALLOC_CACHE_MIB");
-    return size_t(s ? std::strtoull(s, nullptr, 10) : 4096) << 20;
+    return size_t(s ? std::strtoull(s, nullptr, 10) : 8192) << 20;
   }();
 };
 

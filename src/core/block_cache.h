@@ -2,7 +2,7 @@
 // benchmark step allocates the same sizes every iteration, and fresh pages
 // cost a page fault per 4 KiB on first touch (for a seed-mixtral step about
 // 200k faults, a third of the step). Blocks >= kMinCachedBytes go to an
-// exact-size free list, up to a cap (MOE_ALLOC_CACHE_MIB, default 4096).
+// exact-size free list, up to a cap (MOE_ALLOC_CACHE_MIB, default 8192).
 //
 // Thread safety: both functions may be called from any thread.
 #pragma once

@@ -1,5 +1,9 @@
-// Row primitives shared by the reference and fused permute/combine kernels,
-// so both add in the same order and give the same bits (SPEC.md §4).
+// Row primitives shared by the reference and fused permute/combine kernels
+// (and the ring of experts), so every path adds in the same order and gives
+// the same bits (SPEC.md §4). The bf16 and f32 versions are out-of-line
+// functions built for AVX-512 and a portable baseline (target_clones, chosen
+// at load time); both clones compute the same bits: there is no fma
+// contraction (-ffp-contract=off) and every sum has an explicit order.
 #pragma once
 
 #include <cstdint>
@@ -15,34 +19,25 @@ inline void copy(const T* src, T* dst, int64_t D) {
 }
 
 // acc[d] += w * src[d] in f32.
-template <class T>
-inline void axpy_f32(float w, const T* src, float* acc, int64_t D) {
-  for (int64_t d = 0; d < D; ++d) acc[d] += w * load_f32(src[d]);
-}
+void axpy_f32(float w, const bf16* src, float* acc, int64_t D);
+void axpy_f32(float w, const float* src, float* acc, int64_t D);
 
 // acc[d] = round_T(acc[d] + w * src[d]): accumulation in the activation type.
-template <class T>
-inline void axpy_rounded(float w, const T* src, T* acc, int64_t D) {
-  for (int64_t d = 0; d < D; ++d) acc[d] = store_as<T>(load_f32(acc[d]) + w * load_f32(src[d]));
-}
+void axpy_rounded(float w, const bf16* src, bf16* acc, int64_t D);
+void axpy_rounded(float w, const float* src, float* acc, int64_t D);
 
 // dst[d] = round_T(w * src[d]).
-template <class T>
-inline void scale(float w, const T* src, T* dst, int64_t D) {
-  for (int64_t d = 0; d < D; ++d) dst[d] = store_as<T>(w * load_f32(src[d]));
-}
+void scale(float w, const bf16* src, bf16* dst, int64_t D);
+void scale(float w, const float* src, float* dst, int64_t D);
 
-// <a, b> in f32, sequential over d.
-template <class T>
-inline float dot(const T* a, const T* b, int64_t D) {
-  float s = 0.0f;
-  for (int64_t d = 0; d < D; ++d) s += load_f32(a[d]) * load_f32(b[d]);
-  return s;
-}
+// <a, b> in f32: 16 lane sums (lane j takes elements d = j mod 16, in order),
+// then the lanes added 0..15, then the tail in order. A fixed order, so the
+// value is the same wherever it is computed.
+float dot(const bf16* a, const bf16* b, int64_t D);
+float dot(const float* a, const float* b, int64_t D);
 
-template <class T>
-inline void store_row(const float* acc, T* dst, int64_t D) {
-  for (int64_t d = 0; d < D; ++d) dst[d] = store_as<T>(acc[d]);
-}
+// dst[d] = round_T(acc[d]).
+void store_row(const float* acc, bf16* dst, int64_t D);
+void store_row(const float* acc, float* dst, int64_t D);
 
 }  // namespace moe::rows

@@ -1,0 +1,74 @@
+#include "kernels/row_ops.h"
+
+namespace moe::rows {
+namespace {
+
+#define MOE_ROW_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+
+inline float f32_of(uint16_t b) {
+  uint32_t u = uint32_t(b) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+inline float f32_of(float f) { return f; }
+
+inline uint16_t bf16_bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  return uint16_t((u & 0x7fffffffu) > 0x7f800000u ? (u >> 16) | 0x40u : rounded);
+}
+
+template <class S>
+inline float dot_lanes(const S* a, const S* b, int64_t D) {
+  float lane[16] = {};
+  int64_t d = 0;
+  for (; d + 16 <= D; d += 16)
+    for (int j = 0; j < 16; ++j) lane[j] += f32_of(a[d + j]) * f32_of(b[d + j]);
+  float s = 0.0f;
+  for (int j = 0; j < 16; ++j) s += lane[j];
+  for (; d < D; ++d) s += f32_of(a[d]) * f32_of(b[d]);
+  return s;
+}
+
+const uint16_t* bits(const bf16* p) { return reinterpret_cast<const uint16_t*>(p); }
+uint16_t* bits(bf16* p) { return reinterpret_cast<uint16_t*>(p); }
+
+MOE_ROW_CLONES void axpy_bf16(float w, const uint16_t* src, float* acc, int64_t D) {
+  for (int64_t d = 0; d < D; ++d) acc[d] += w * f32_of(src[d]);
+}
+MOE_ROW_CLONES void axpy_f32_impl(float w, const float* src, float* acc, int64_t D) {
+  for (int64_t d = 0; d < D; ++d) acc[d] += w * src[d];
+}
+MOE_ROW_CLONES void axpy_rounded_bf16(float w, const uint16_t* src, uint16_t* acc, int64_t D) {
+  for (int64_t d = 0; d < D; ++d) acc[d] = bf16_bits(f32_of(acc[d]) + w * f32_of(src[d]));
+}
+MOE_ROW_CLONES void scale_bf16(float w, const uint16_t* src, uint16_t* dst, int64_t D) {
+  for (int64_t d = 0; d < D; ++d) dst[d] = bf16_bits(w * f32_of(src[d]));
+}
+MOE_ROW_CLONES void scale_f32(float w, const float* src, float* dst, int64_t D) {
+  for (int64_t d = 0; d < D; ++d) dst[d] = w * src[d];
+}
+MOE_ROW_CLONES float dot_bf16(const uint16_t* a, const uint16_t* b, int64_t D) { return dot_lanes(a, b, D); }
+MOE_ROW_CLONES float dot_f32(const float* a, const float* b, int64_t D) { return dot_lanes(a, b, D); }
+MOE_ROW_CLONES void store_bf16(const float* acc, uint16_t* dst, int64_t D) {
+  for (int64_t d = 0; d < D; ++d) dst[d] = bf16_bits(acc[d]);
+}
+
+}  // namespace
+
+void axpy_f32(float w, const bf16* src, float* acc, int64_t D) { axpy_bf16(w, bits(src), acc, D); }
+void axpy_f32(float w, const float* src, float* acc, int64_t D) { axpy_f32_impl(w, src, acc, D); }
+void axpy_rounded(float w, const bf16* src, bf16* acc, int64_t D) { axpy_rounded_bf16(w, bits(src), bits(acc), D); }
+void axpy_rounded(float w, const float* src, float* acc, int64_t D) {
+  for (int64_t d = 0; d < D; ++d) acc[d] = acc[d] + w * src[d];
+}
+void scale(float w, const bf16* src, bf16* dst, int64_t D) { scale_bf16(w, bits(src), bits(dst), D); }
+void scale(float w, const float* src, float* dst, int64_t D) { scale_f32(w, src, dst, D); }
+float dot(const bf16* a, const bf16* b, int64_t D) { return dot_bf16(bits(a), bits(b), D); }
+float dot(const float* a, const float* b, int64_t D) { return dot_f32(a, b, D); }
+void store_row(const float* acc, bf16* dst, int64_t D) { store_bf16(acc, bits(dst), D); }
+void store_row(const float* acc, float* dst, int64_t D) { std::memcpy(dst, acc, size_t(D) * sizeof(float)); }
+
+}  // namespace moe::rows
