@@ -1,6 +1,7 @@
 #include "moe/tensor.h"
 
 #include "core/block_cache.h"
+#include "core/target_clones.h"
 #include "moe/thread_pool.h"
 
 #include <atomic>
@@ -104,7 +105,7 @@ namespace {
 // Branch-free round-to-nearest-even f32 -> bf16 (same bits as to_bf16), so
 // the loop vectorizes; target_clones builds an AVX-512 copy picked at run
 // time (the weights of every step go through here).
-__attribute__((target_clones("avx512f", "avx2", "default"))) void f32_to_bf16_rows(const uint32_t* s, uint16_t* d,
+MOE_TARGET_CLONES void f32_to_bf16_rows(const uint32_t* s, uint16_t* d,
                                                                                       int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     uint32_t u = s[i];

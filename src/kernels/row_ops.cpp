@@ -1,9 +1,11 @@
 #include "kernels/row_ops.h"
 
+#include "core/target_clones.h"
+
 namespace moe::rows {
 namespace {
 
-#define MOE_ROW_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#define MOE_ROW_CLONES MOE_TARGET_CLONES
 
 inline float f32_of(uint16_t b) {
   uint32_t u = uint32_t(b) << 16;
