@@ -1,5 +1,6 @@
 // Runs the variants of `moe bench --dist` (src/bench/dist_bench.h).
 #include "bench/dist_bench.h"
+#include "dist/mesh_variants.h"
 
 #include <algorithm>
 #include <memory>
@@ -117,20 +118,6 @@ DistResult measure(const DistBenchOptions& o, const DistVariant& v, const Config
   return r;
 }
 
-// Why `v` cannot run here ("" when it can); the same answer on every rank.
-std::string skip_reason(const Config& cfg, const DistVariant& v, int world_size) {
-  if (v.ranks() > world_size)
-    return "needs " + std::to_string(v.ranks()) + " ranks, the world has " + std::to_string(world_size);
-  std::vector<std::string> problems = config_problems(cfg);
-  if (!problems.empty()) return problems[0];
-  try {
-    check_parallel_config(cfg, v.ranks());
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
 }  // namespace
 
 std::vector<DistResult> run_dist_bench(const DistBenchOptions& o, Communicator& world,
@@ -146,7 +133,7 @@ std::vector<DistResult> run_dist_bench(const DistBenchOptions& o, Communicator& 
     const Config cfg = dist_variant_config(o.base, v);
     DistResult r;
     r.variant = v.name, r.baseline = v.baseline, r.ranks = v.ranks();
-    r.skipped = skip_reason(cfg, v, world.size());
+    r.skipped = mesh_skip_reason(cfg, v, world.size());
     if (r.skipped.empty()) {
       const bool member = world.rank() < v.ranks();
       std::unique_ptr<Communicator> sub = world.split(member ? 0 : 1, world.rank());

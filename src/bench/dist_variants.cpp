@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "bench/dist_bench.h"
+#include "dist/mesh_variants.h"
 
 namespace moe::bench {
 namespace {
@@ -42,12 +43,6 @@ std::vector<DistVariant> make() {
   };
 }
 
-const DistVariant* find(const std::string& name) {
-  for (const DistVariant& v : dist_variants())
-    if (v.name == name) return &v;
-  return nullptr;
-}
-
 }  // namespace
 
 const std::vector<DistVariant>& dist_variants() {
@@ -56,32 +51,10 @@ const std::vector<DistVariant>& dist_variants() {
 }
 
 std::vector<DistVariant> select_dist_variants(const std::vector<std::string>& names) {
-  if (names.empty()) return dist_variants();
-  std::vector<std::string> want;
-  for (const std::string& n : names) {
-    const DistVariant* v = find(n);
-    if (!v) {
-      std::string known;
-      for (const DistVariant& k : dist_variants()) known += (known.empty() ? "" : ", ") + k.name;
-      fail("unknown variant '", n, "' (known variants: ", known, ")");
-    }
-    if (!v->baseline.empty()) want.push_back(v->baseline);
-    want.push_back(n);
-  }
-  std::vector<DistVariant> out;
-  for (const DistVariant& v : dist_variants())
-    if (std::find(want.begin(), want.end(), v.name) != want.end()) out.push_back(v);
-  return out;
+  return select_mesh_variants(dist_variants(), names, &DistVariant::baseline);
 }
 
-Config dist_variant_config(const Config& base, const DistVariant& v) {
-  Config c = base;
-  c.data_parallelism = v.data;
-  c.fsdp_parallelism = v.fsdp;
-  c.expert_parallelism = v.expert;
-  if (v.tweak) v.tweak(c);
-  return c;
-}
+Config dist_variant_config(const Config& base, const DistVariant& v) { return mesh_variant_config(base, v); }
 
 Config dist_bench_config(const std::vector<std::string>& overrides) {
   const char* yaml = "num_experts: 8\nnum_experts_per_tok: 2\nemb_dim: 1024\nmoe_mlp_dim: 512\ndtype: bf16\n";

@@ -1,4 +1,5 @@
 #include "check/harness.h"
+#include "dist/mesh_variants.h"
 
 #include <map>
 
@@ -11,20 +12,6 @@ namespace {
 
 // Why `v` cannot run here, or "" when it can. Depends only on the config and
 // the world size, so every rank decides alike.
-std::string skip_reason(const Config& cfg, const VariantSpec& v, int world_size) {
-  if (v.ranks() > world_size)
-    return "needs " + std::to_string(v.ranks()) + " ranks, the world has " + std::to_string(world_size) +
-           (world_size == 1 ? " (run under mpirun -np 4)" : "");
-  std::vector<std::string> problems = config_problems(cfg);
-  if (!problems.empty()) return problems[0];
-  try {
-    check_parallel_config(cfg, v.ranks());
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
 bool not_implemented(const Error& e) {
   return std::string(e.what()).find("not implemented") != std::string::npos;
 }
@@ -56,7 +43,7 @@ std::vector<VariantReport> run_check(const CheckOptions& o, Communicator& world,
   std::vector<VariantReport> reports;
   for (const VariantSpec& v : select_variants(o.variants)) {
     const Config cfg = variant_config(o.base, v);
-    std::string why = skip_reason(cfg, v, world.size());
+    std::string why = mesh_skip_reason(cfg, v, world.size());
     StepTensors got;
     if (why.empty()) got = run_members(cfg, v, world, p, why);
     if (world.rank() != 0) continue;

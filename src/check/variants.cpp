@@ -1,6 +1,6 @@
 #include "check/variants.h"
 
-#include <algorithm>
+#include "dist/mesh_variants.h"
 
 namespace moe::check {
 namespace {
@@ -70,12 +70,6 @@ std::vector<VariantSpec> make_variants() {
   };
 }
 
-const VariantSpec* find_variant(const std::string& name) {
-  for (const VariantSpec& v : all_variants())
-    if (v.name == name) return &v;
-  return nullptr;
-}
-
 }  // namespace
 
 const std::vector<VariantSpec>& all_variants() {
@@ -84,31 +78,9 @@ const std::vector<VariantSpec>& all_variants() {
 }
 
 std::vector<VariantSpec> select_variants(const std::vector<std::string>& names) {
-  if (names.empty()) return all_variants();
-  std::vector<std::string> want;
-  for (const std::string& n : names) {
-    const VariantSpec* v = find_variant(n);
-    if (!v) {
-      std::string known;
-      for (const VariantSpec& k : all_variants()) known += (known.empty() ? "" : ", ") + k.name;
-      fail("unknown variant '", n, "' (known variants: ", known, ")");
-    }
-    if (!v->counterpart.empty()) want.push_back(v->counterpart);
-    want.push_back(n);
-  }
-  std::vector<VariantSpec> out;
-  for (const VariantSpec& v : all_variants())
-    if (std::find(want.begin(), want.end(), v.name) != want.end()) out.push_back(v);
-  return out;
+  return select_mesh_variants(all_variants(), names, &VariantSpec::counterpart);
 }
 
-Config variant_config(const Config& base, const VariantSpec& v) {
-  Config c = base;
-  c.data_parallelism = v.data;
-  c.fsdp_parallelism = v.fsdp;
-  c.expert_parallelism = v.expert;
-  if (v.tweak) v.tweak(c);
-  return c;
-}
+Config variant_config(const Config& base, const VariantSpec& v) { return mesh_variant_config(base, v); }
 
 }  // namespace moe::check
