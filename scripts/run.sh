@@ -11,7 +11,7 @@ rm -rf "$out/train"
 mkdir -p "$out/train" "$out/example"
 # Training: prints the resolved config, progress, and the summary (loss first -> last, throughput).
 ./build/moe train metrics_file="$out/train/metrics.jsonl" checkpoint_dir="$out/train/checkpoints" \
-  checkpoint_period=100
+  checkpoint_period=1000
 ./build/moe report "$out/train/metrics.jsonl" --out "$out/train/report.svg"
 # One layer step on a small example (SPEC.md §7 file contract).
 ./build/moe init --config examples/small.yaml --out "$out/example/weights.safetensors" --seed 1 \

@@ -12,7 +12,7 @@ emb_dim: 64
 moe_mlp_dim: 128
 dtype: f32
 num_layers: 2
-steps: 1000
+steps: 8000
 batch_tokens: 256
 learning_rate: 0.01
 warmup_steps: 50
@@ -21,7 +21,7 @@ weight_decay: 0.01
 grad_clip: 1.0
 seed: 0
 teacher_seed: 1
-log_period: 100
+log_period: 500
 )";
 }
 
