@@ -19,7 +19,7 @@ void forward_rows(const RowView& h0, const RowView& h1, T* a, int64_t F, int64_t
   }
 }
 
-template <class T, float (*Act)(float), float (*Grad)(float)>
+template <class T, ActValueGrad (*Both)(float)>
 void backward_rows(const RowView& h0, const RowView& h1, const T* da, const RowView& dh0, const RowView& dh1,
                    int64_t F, int64_t b, int64_t e) {
   for (int64_t r = b; r < e; ++r) {
@@ -28,9 +28,10 @@ void backward_rows(const RowView& h0, const RowView& h1, const T* da, const RowV
     T* dg = at<T>(dh0, r);
     T* du = at<T>(dh1, r);
     for (int64_t f = 0; f < F; ++f) {
-      float x = load_f32(g[f]), d = load_f32(da[r * F + f]);
-      dg[f] = store_as<T>(d * load_f32(u[f]) * Grad(x));
-      du[f] = store_as<T>(d * Act(x));
+      float d = load_f32(da[r * F + f]);
+      ActValueGrad a = Both(load_f32(g[f]));
+      dg[f] = store_as<T>(d * load_f32(u[f]) * a.grad);
+      du[f] = store_as<T>(d * a.value);
     }
   }
 }
@@ -52,9 +53,9 @@ void backward_typed(Activation act, const RowView& h0, const RowView& h1, const 
   const T* DA = da.data<T>();
   parallel_for(rows, 32, [&](int64_t b, int64_t e) {
     if (act == Activation::silu)
-      backward_rows<T, silu, silu_grad>(h0, h1, DA, dh0, dh1, F, b, e);
+      backward_rows<T, silu_value_grad>(h0, h1, DA, dh0, dh1, F, b, e);
     else
-      backward_rows<T, gelu, gelu_grad>(h0, h1, DA, dh0, dh1, F, b, e);
+      backward_rows<T, gelu_value_grad>(h0, h1, DA, dh0, dh1, F, b, e);
   });
 }
 

@@ -12,16 +12,25 @@
 
 namespace moe {
 
-inline float silu(float x) { return x / (1.0f + std::exp(-x)); }
-inline float silu_grad(float x) {
-  float s = 1.0f / (1.0f + std::exp(-x));
-  return s * (1.0f + x * (1.0f - s));
+// Each activation's value and derivative from one transcendental (the
+// backward needs both; one exp / tanh per element instead of two).
+struct ActValueGrad {
+  float value, grad;
+};
+
+inline float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+inline float silu(float x) { return x * sigmoid(x); }
+inline ActValueGrad silu_value_grad(float x) {
+  float s = sigmoid(x);
+  return {x * s, s * (1.0f + x * (1.0f - s))};
 }
+
 constexpr float kGeluC = 0.7978845608028654f;  // sqrt(2 / pi)
 inline float gelu(float x) { return 0.5f * x * (1.0f + std::tanh(kGeluC * (x + 0.044715f * x * x * x))); }
-inline float gelu_grad(float x) {
+inline ActValueGrad gelu_value_grad(float x) {
   float th = std::tanh(kGeluC * (x + 0.044715f * x * x * x));
-  return 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * kGeluC * (1.0f + 3.0f * 0.044715f * x * x);
+  return {0.5f * x * (1.0f + th),
+          0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * kGeluC * (1.0f + 3.0f * 0.044715f * x * x)};
 }
 
 // A strided [rows, F] view into a tensor's storage: element (r, f) at base[r * ld + f].
