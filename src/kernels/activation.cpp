@@ -1,5 +1,9 @@
 #include "kernels/activation.h"
 
+#include <type_traits>
+#include <vector>
+
+#include "core/target_clones.h"
 #include "moe/thread_pool.h"
 
 namespace moe {
@@ -10,29 +14,69 @@ T* at(const RowView& v, int64_t r) {
   return const_cast<T*>(static_cast<const T*>(v.t.raw())) + r * v.ld + v.col0;
 }
 
-template <class T, float (*Act)(float)>
-void forward_rows(const RowView& h0, const RowView& h1, T* a, int64_t F, int64_t b, int64_t e) {
-  for (int64_t r = b; r < e; ++r) {
-    const T* g = at<T>(h0, r);
-    const T* u = at<T>(h1, r);
-    for (int64_t f = 0; f < F; ++f) a[r * F + f] = store_as<T>(Act(load_f32(g[f])) * load_f32(u[f]));
+// The element loops on f32 rows, built for AVX-512 / AVX2 / baseline (same bits).
+MOE_TARGET_CLONES void silu_forward_f32(const float* g, const float* u, float* a, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) a[i] = silu(g[i]) * u[i];
+}
+MOE_TARGET_CLONES void gelu_forward_f32(const float* g, const float* u, float* a, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) a[i] = gelu(g[i]) * u[i];
+}
+MOE_TARGET_CLONES void silu_backward_f32(const float* g, const float* u, const float* d, float* dg, float* du,
+                                         int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    ActValueGrad v = silu_value_grad(g[i]);
+    dg[i] = d[i] * u[i] * v.grad;
+    du[i] = d[i] * v.value;
+  }
+}
+MOE_TARGET_CLONES void gelu_backward_f32(const float* g, const float* u, const float* d, float* dg, float* du,
+                                         int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    ActValueGrad v = gelu_value_grad(g[i]);
+    dg[i] = d[i] * u[i] * v.grad;
+    du[i] = d[i] * v.value;
   }
 }
 
-template <class T, ActValueGrad (*Both)(float)>
-void backward_rows(const RowView& h0, const RowView& h1, const T* da, const RowView& dh0, const RowView& dh1,
-                   int64_t F, int64_t b, int64_t e) {
+// A row as f32: the row itself (f32) or a converted copy in `buf` (bf16).
+template <class T>
+const float* as_f32(const T* row, int64_t n, std::vector<float>& buf) {
+  if constexpr (std::is_same_v<T, float>) {
+    return row;
+  } else {
+    buf.resize(size_t(n));
+    for (int64_t i = 0; i < n; ++i) buf[size_t(i)] = load_f32(row[i]);
+    return buf.data();
+  }
+}
+
+template <class T>
+void store_f32(const float* src, T* dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = store_as<T>(src[i]);
+}
+
+template <class T>
+void forward_rows(Activation act, const RowView& h0, const RowView& h1, T* a, int64_t F, int64_t b, int64_t e) {
+  std::vector<float> gb, ub, out(static_cast<size_t>(F));
   for (int64_t r = b; r < e; ++r) {
-    const T* g = at<T>(h0, r);
-    const T* u = at<T>(h1, r);
-    T* dg = at<T>(dh0, r);
-    T* du = at<T>(dh1, r);
-    for (int64_t f = 0; f < F; ++f) {
-      float d = load_f32(da[r * F + f]);
-      ActValueGrad a = Both(load_f32(g[f]));
-      dg[f] = store_as<T>(d * load_f32(u[f]) * a.grad);
-      du[f] = store_as<T>(d * a.value);
-    }
+    const float* g = as_f32(at<T>(h0, r), F, gb);
+    const float* u = as_f32(at<T>(h1, r), F, ub);
+    (act == Activation::silu ? silu_forward_f32 : gelu_forward_f32)(g, u, out.data(), F);
+    store_f32(out.data(), a + r * F, F);
+  }
+}
+
+template <class T>
+void backward_rows(Activation act, const RowView& h0, const RowView& h1, const T* da, const RowView& dh0,
+                   const RowView& dh1, int64_t F, int64_t b, int64_t e) {
+  std::vector<float> gb, ub, db, dg(static_cast<size_t>(F)), du(static_cast<size_t>(F));
+  for (int64_t r = b; r < e; ++r) {
+    const float* g = as_f32(at<T>(h0, r), F, gb);
+    const float* u = as_f32(at<T>(h1, r), F, ub);
+    const float* d = as_f32(da + r * F, F, db);
+    (act == Activation::silu ? silu_backward_f32 : gelu_backward_f32)(g, u, d, dg.data(), du.data(), F);
+    store_f32(dg.data(), at<T>(dh0, r), F);
+    store_f32(du.data(), at<T>(dh1, r), F);
   }
 }
 
@@ -40,10 +84,7 @@ template <class T>
 void forward_typed(Activation act, const RowView& h0, const RowView& h1, int64_t rows, int64_t F, Tensor& a) {
   T* A = a.data<T>();
   parallel_for(rows, 32, [&](int64_t b, int64_t e) {
-    if (act == Activation::silu)
-      forward_rows<T, silu>(h0, h1, A, F, b, e);
-    else
-      forward_rows<T, gelu>(h0, h1, A, F, b, e);
+    forward_rows<T>(act, h0, h1, A, F, b, e);
   });
 }
 
@@ -52,10 +93,7 @@ void backward_typed(Activation act, const RowView& h0, const RowView& h1, const 
                     int64_t F, const RowView& dh0, const RowView& dh1) {
   const T* DA = da.data<T>();
   parallel_for(rows, 32, [&](int64_t b, int64_t e) {
-    if (act == Activation::silu)
-      backward_rows<T, silu_value_grad>(h0, h1, DA, dh0, dh1, F, b, e);
-    else
-      backward_rows<T, gelu_value_grad>(h0, h1, DA, dh0, dh1, F, b, e);
+    backward_rows<T>(act, h0, h1, DA, dh0, dh1, F, b, e);
   });
 }
 

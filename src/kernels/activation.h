@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 
 #include "moe/config.h"
 #include "moe/tensor.h"
@@ -18,7 +19,31 @@ struct ActValueGrad {
   float value, grad;
 };
 
-inline float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+// exp(x) to about 2 ulp (Cephes' expf polynomial on a range-reduced argument),
+// written with plain float ops so loops over rows vectorize; every path of the
+// engine uses this one definition, so results agree wherever it runs.
+inline float exp_approx(float x) {
+  x = x < -87.3f ? -87.3f : (x > 88.7f ? 88.7f : x);  // range of a normal f32 result
+  float t = x * 1.44269504088896341f;
+  int32_t ni = int32_t(t + (t >= 0.0f ? 0.5f : -0.5f));  // nearest integer, ties away from zero
+  float n = float(ni);
+  float r = x - n * 0.693359375f + n * 2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  uint32_t bits = uint32_t(ni + 127) << 23;
+  float scale;
+  std::memcpy(&scale, &bits, 4);
+  return p * scale;
+}
+// tanh(z) = 1 - 2 / (exp(2z) + 1), through exp_approx.
+inline float tanh_approx(float z) { return 1.0f - 2.0f / (exp_approx(2.0f * z) + 1.0f); }
+
+inline float sigmoid(float x) { return 1.0f / (1.0f + exp_approx(-x)); }
 inline float silu(float x) { return x * sigmoid(x); }
 inline ActValueGrad silu_value_grad(float x) {
   float s = sigmoid(x);
@@ -26,9 +51,9 @@ inline ActValueGrad silu_value_grad(float x) {
 }
 
 constexpr float kGeluC = 0.7978845608028654f;  // sqrt(2 / pi)
-inline float gelu(float x) { return 0.5f * x * (1.0f + std::tanh(kGeluC * (x + 0.044715f * x * x * x))); }
+inline float gelu(float x) { return 0.5f * x * (1.0f + tanh_approx(kGeluC * (x + 0.044715f * x * x * x))); }
 inline ActValueGrad gelu_value_grad(float x) {
-  float th = std::tanh(kGeluC * (x + 0.044715f * x * x * x));
+  float th = tanh_approx(kGeluC * (x + 0.044715f * x * x * x));
   return {0.5f * x * (1.0f + th),
           0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * kGeluC * (1.0f + 3.0f * 0.044715f * x * x)};
 }
