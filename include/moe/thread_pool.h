@@ -32,7 +32,7 @@ class ThreadPool {
   int size() const { return int(workers_.size()) + 1; }
 
   // Runs fn(begin, end) over [0, n) split into chunks of at least `grain`
-  // items (about 4 chunks per thread for balance).
+  // items (about 16 chunks per thread, so the last chunks balance the threads).
   void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
 
   // The process-wide compute pool. Its size is MOE_NUM_THREADS if set, else

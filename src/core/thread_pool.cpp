@@ -72,7 +72,7 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain, const std::function<void
     return;
   }
   std::lock_guard<std::mutex> call(call_mu_);
-  int64_t target_chunks = int64_t(size()) * 4;
+  int64_t target_chunks = int64_t(size()) * 16;  // small chunks: the last ones balance the threads
   int64_t chunk = std::max(grain, (n + target_chunks - 1) / target_chunks);
   {
     std::lock_guard<std::mutex> lk(mu_);
