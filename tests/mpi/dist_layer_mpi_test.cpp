@@ -26,17 +26,7 @@ struct Case {
   bool tokens_exact = true;  // y and grad.x bit-exact (ring of experts with K > 2: a regrouped sum)
 };
 
-Config base_config() {
-  Config c;
-  c.num_experts = 8;
-  c.num_experts_per_tok = 2;
-  c.emb_dim = 16;
-  c.moe_mlp_dim = 12;
-  c.dtype = DType::bf16;
-  c.load_balance_loss_weight = 0.01;
-  c.router_z_loss_weight = 0.001;
-  return c;
-}
+Config base_config() { return small_layer_config(); }
 
 // Bound for weight gradients summed over ranks in another order than the
 // single process: each element is a sum of n products of bf16-rounded values;

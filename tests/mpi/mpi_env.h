@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "moe/comm.h"
+#include "moe/config.h"
 
 namespace moe::testing {
 
@@ -13,5 +14,19 @@ Communicator& world();
 // A float that depends only on (rank, index, salt): the same on every rank
 // that computes it, varied in magnitude so sums are order-sensitive.
 float seeded_float(int rank, int64_t index, uint32_t salt);
+
+// The small bf16 layer the multi-rank layer tests share (E=8, K=2, D=16,
+// F=12, both aux losses on so the router gradient has every term).
+inline Config small_layer_config() {
+  Config c;
+  c.num_experts = 8;
+  c.num_experts_per_tok = 2;
+  c.emb_dim = 16;
+  c.moe_mlp_dim = 12;
+  c.dtype = DType::bf16;
+  c.load_balance_loss_weight = 0.01;
+  c.router_z_loss_weight = 0.001;
+  return c;
+}
 
 }  // namespace moe::testing

@@ -14,13 +14,7 @@ namespace moe::testing {
 namespace {
 
 Config ep_config(int W) {
-  Config c;
-  c.num_experts = 8;
-  c.num_experts_per_tok = 2;
-  c.emb_dim = 16;
-  c.moe_mlp_dim = 12;
-  c.dtype = DType::bf16;
-  c.load_balance_loss_weight = 0.01;
+  Config c = small_layer_config();
   c.expert_parallelism = W;
   c.num_moe_token_chunks = 2;
   return c;

@@ -58,12 +58,7 @@ void run(const BenchDistArgs& a, Communicator& w) {
 void run_bench_dist(const BenchDistArgs& a) {
   if (a.list) return list_variants();
   Communicator& w = world();
-  try {
-    run(a, w);
-  } catch (const Error& e) {
-    if (w.size() == 1) throw;
-    w.abort(e.what());  // never leave the other ranks hanging
-  }
+  run_collectively(w, [&] { run(a, w); });
 }
 
 }  // namespace moe::cli

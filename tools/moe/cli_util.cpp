@@ -16,6 +16,16 @@ bool distributed(const Config& c) {
   return world().size() > 1 || c.data_parallelism != 1 || c.fsdp_parallelism != 1 || c.expert_parallelism != 1;
 }
 
+void run_collectively(Communicator& w, const std::function<void()>& body) {
+  try {
+    body();
+  } catch (const Error& e) {
+    if (w.size() == 1) throw;
+    std::fflush(stdout);
+    w.abort(e.what());
+  }
+}
+
 Config load(const std::string& path, const std::vector<std::string>& overrides) {
   Config c = load_config(path, overrides).config;
   // The same target check as `moe validate` (training: the stricter plan).

@@ -1,6 +1,7 @@
 // Small helpers shared by the subcommands.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,11 @@ Communicator& world();
 // True when the run must use the distributed layer: several ranks, or any
 // parallelism key other than 1.
 bool distributed(const Config& cfg);
+
+// Runs a command body on every rank: a moe::Error on any rank of a multi-rank
+// job takes the whole job down with its message (never a hang); on one rank
+// it propagates to main, which prints it and exits 1.
+void run_collectively(Communicator& w, const std::function<void()>& body);
 
 // Loads the config file with `key=value` overrides (throws moe::Error listing every problem).
 Config load(const std::string& path, const std::vector<std::string>& overrides);

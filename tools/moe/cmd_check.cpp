@@ -75,12 +75,7 @@ void run(const CheckArgs& a, Communicator& w) {
 void run_check_cmd(const CheckArgs& a) {
   if (a.list) return list_variants();
   Communicator& w = world();
-  try {
-    run(a, w);
-  } catch (const Error& e) {
-    if (w.size() == 1) throw;
-    w.abort(e.what());  // an error on any rank takes the whole job down, never a hang
-  }
+  run_collectively(w, [&] { run(a, w); });
 }
 
 }  // namespace

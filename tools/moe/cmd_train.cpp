@@ -87,15 +87,11 @@ void train(const LoadedConfig& loaded, const TrainArgs& a, bool root, Communicat
 // the whole job down with its message: never a hang.
 void run_train(const TrainArgs& a) {
   Communicator& w = world();
-  try {
+  run_collectively(w, [&] {
     LoadedConfig loaded = resolve(a.words);
     const bool dist = distributed(loaded.config);
     train(loaded, a, w.rank() == 0, dist ? &w : nullptr);
-  } catch (const Error& e) {
-    if (w.size() == 1) throw;
-    std::fflush(stdout);
-    w.abort(e.what());
-  }
+  });
 }
 
 }  // namespace

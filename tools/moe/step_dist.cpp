@@ -101,12 +101,7 @@ void run(const Config& cfg, const StepPaths& p, Communicator& w) {
 
 void run_step_distributed(const Config& cfg, const StepPaths& paths) {
   Communicator& w = world();
-  try {
-    run(cfg, paths, w);
-  } catch (const Error& e) {
-    if (w.size() == 1) throw;
-    w.abort(e.what());  // an error on any rank takes the whole job down, never a hang
-  }
+  run_collectively(w, [&] { run(cfg, paths, w); });
 }
 
 }  // namespace moe::cli
