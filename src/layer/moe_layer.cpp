@@ -113,7 +113,7 @@ LayerGrads layer_backward(const Config& cfg, const LayerForward& f, const Tensor
   Tensor dz = router_weights_backward(cfg, f.router, dW);
   aux_backward(cfg, f.router.logits, f.aux, dz);
   g.weights.router = Tensor(DType::f32, f.router_kernel.shape());
-  router_matmul_backward(f.x, f.router_kernel, dz, g.weights.router, g.dx);
+  router_matmul_backward(f.router.x_f32, f.router_kernel, dz, g.weights.router, g.dx);
   return g;
 }
 

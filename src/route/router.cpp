@@ -12,10 +12,10 @@ namespace {
 
 // z [T, E] = x [T, D] @ W [D, E] in f32: the grouped GEMM with one group (row-independent, so
 // a token's logits do not depend on which other tokens share the call).
-Tensor router_logits(const Tensor& x, const Tensor& W) {
-  const int64_t T = x.dim(0), D = x.dim(1), E = W.dim(1);
+Tensor router_logits(const Tensor& x_f32, const Tensor& W) {
+  const int64_t T = x_f32.dim(0), D = x_f32.dim(1), E = W.dim(1);
   Tensor z(DType::f32, {T, E});
-  gmm(x.to(DType::f32), W.reshaped({1, D, E}), GroupLayout::from_sizes({T}), 0, z);
+  gmm(x_f32, W.reshaped({1, D, E}), GroupLayout::from_sizes({T}), 0, z);
   return z;
 }
 
@@ -34,8 +34,9 @@ bool score_before(float a, int32_t ia, float b, int32_t ib) {
   return ia < ib;
 }
 
-void select_topk(const float* s, int64_t E, int64_t K, int32_t* idx) {
-  std::vector<int32_t> ids(static_cast<size_t>(E));
+// ids: scratch of E entries, reused across tokens.
+void select_topk(const float* s, int64_t E, int64_t K, int32_t* idx, std::vector<int32_t>& ids) {
+  ids.resize(size_t(E));
   std::iota(ids.begin(), ids.end(), 0);
   std::partial_sort(ids.begin(), ids.begin() + K, ids.end(),
                     [&](int32_t a, int32_t b) { return score_before(s[a], a, s[b], b); });
@@ -58,12 +59,14 @@ RouterOutput router_forward(const Config& cfg, const Tensor& x, const Tensor& ke
   const bool sigmoid = cfg.routed_score_func == ScoreFunc::sigmoid;
   if (forced) check_forced(*forced, T, K, E);
   RouterOutput r;
-  r.logits = router_logits(x, kernel);
+  r.x_f32 = x.to(DType::f32);
+  r.logits = router_logits(r.x_f32, kernel);
   r.scores = Tensor::empty(DType::f32, {T, E});
   r.topk_idx = Tensor::empty(DType::i32, {T, K});
   r.topk_scores = Tensor::empty(DType::f32, {T, K});
   r.topk_weights = Tensor::empty(DType::f32, {T, K});
   parallel_for(T, 32, [&](int64_t b, int64_t e) {
+    std::vector<int32_t> ids;
     for (int64_t t = b; t < e; ++t) {
       const float* z = r.logits.data<float>() + t * E;
       float* s = r.scores.data<float>() + t * E;
@@ -75,7 +78,7 @@ RouterOutput router_forward(const Config& cfg, const Tensor& x, const Tensor& ke
       if (forced)
         std::copy_n(forced->data<int32_t>() + t * K, K, idx);
       else
-        select_topk(s, E, K, idx);
+        select_topk(s, E, K, idx, ids);
       float* raw = r.topk_scores.data<float>() + t * K;
       float* w = r.topk_weights.data<float>() + t * K;
       float sum = 0.0f;

@@ -8,6 +8,7 @@
 namespace moe {
 
 struct RouterOutput {
+  Tensor x_f32;         // [T, D] f32  the router's input (kept for its backward)
   Tensor logits;        // [T, E] f32  z = x @ router.kernel
   Tensor scores;        // [T, E] f32  s = softmax(z) or sigmoid(z)
   Tensor topk_idx;      // [T, K] i32  descending score, ties to the lower expert id (or forced)
@@ -22,6 +23,7 @@ RouterOutput router_forward(const Config& cfg, const Tensor& x, const Tensor& ke
 Tensor router_weights_backward(const Config& cfg, const RouterOutput& r, const Tensor& d_weights);
 
 // dkernel[D, E] = x^T @ dlogits; dx[T, D] += dlogits @ kernel^T (both f32).
+// x: the forward's RouterOutput::x_f32 (any float dtype is converted).
 void router_matmul_backward(const Tensor& x, const Tensor& kernel, const Tensor& dlogits, Tensor& dkernel,
                             Tensor& dx);
 
