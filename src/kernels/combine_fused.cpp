@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <vector>
 
 #include "kernels/combine.h"
@@ -16,13 +17,16 @@ void combine_typed(const Tensor& ys, const Tensor& w, const Routing& rt, bool f3
   const float* W = w.data<float>();
   T* Y = y.data<T>();
   parallel_for(rt.tokens, 16, [&](int64_t b, int64_t e) {
-    std::vector<float> acc(static_cast<size_t>(D));
+    std::vector<const T*> src(static_cast<size_t>(K)), next(static_cast<size_t>(K));
     for (int64_t t = b; t < e; ++t) {
       const int32_t* rows_of_t = rt.inv.data() + t * K;
       if (f32_sum) {
-        std::fill(acc.begin(), acc.end(), 0.0f);
-        for (int64_t k = 0; k < K; ++k) rows::axpy_f32(W[t * K + k], S + int64_t(rows_of_t[k]) * D, acc.data(), D);
-        rows::store_row(acc.data(), Y + t * D, D);
+        const int32_t* rows_of_next = rt.inv.data() + std::min(t + 1, e - 1) * K;
+        for (int64_t k = 0; k < K; ++k) {
+          src[size_t(k)] = S + int64_t(rows_of_t[k]) * D;
+          next[size_t(k)] = S + int64_t(rows_of_next[k]) * D;
+        }
+        rows::weighted_sum(W + t * K, src.data(), K, Y + t * D, D, next.data());
       } else {
         std::fill(Y + t * D, Y + (t + 1) * D, store_as<T>(0.0f));
         for (int64_t k = 0; k < K; ++k) rows::axpy_rounded(W[t * K + k], S + int64_t(rows_of_t[k]) * D, Y + t * D, D);

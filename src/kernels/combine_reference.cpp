@@ -30,12 +30,11 @@ void combine_typed(const Tensor& ys, const Tensor& w, const Routing& rt, bool f3
   const float* W = w.data<float>();
   T* Y = y.data<T>();
   parallel_for(rt.tokens, 16, [&](int64_t b, int64_t e) {
-    std::vector<float> acc(static_cast<size_t>(D));
+    std::vector<const T*> src(static_cast<size_t>(K));
     for (int64_t t = b; t < e; ++t) {
       if (f32_sum) {
-        std::fill(acc.begin(), acc.end(), 0.0f);
-        for (int64_t k = 0; k < K; ++k) rows::axpy_f32(W[t * K + k], U + (t * K + k) * D, acc.data(), D);
-        rows::store_row(acc.data(), Y + t * D, D);
+        for (int64_t k = 0; k < K; ++k) src[size_t(k)] = U + (t * K + k) * D;
+        rows::weighted_sum(W + t * K, src.data(), K, Y + t * D, D);
       } else {
         std::fill(Y + t * D, Y + (t + 1) * D, store_as<T>(0.0f));
         for (int64_t k = 0; k < K; ++k) rows::axpy_rounded(W[t * K + k], U + (t * K + k) * D, Y + t * D, D);

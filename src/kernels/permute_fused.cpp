@@ -1,5 +1,7 @@
+#include <algorithm>
 #include <cstdio>
 #include <mutex>
+#include <vector>
 
 #include "kernels/permute.h"
 #include "kernels/row_ops.h"
@@ -25,9 +27,15 @@ void sum_token_rows(const Tensor& dxs, const Routing& rt, Tensor& dx) {
   const T* G = dxs.data<T>();
   float* DX = dx.data<float>();
   parallel_for(rt.tokens, 16, [&](int64_t b, int64_t e) {
+    std::vector<const T*> src(static_cast<size_t>(K)), next(static_cast<size_t>(K));
+    const std::vector<float> ones(static_cast<size_t>(K), 1.0f);
     for (int64_t t = b; t < e; ++t) {
-      std::fill(DX + t * D, DX + (t + 1) * D, 0.0f);
-      for (int64_t k = 0; k < K; ++k) rows::axpy_f32(1.0f, G + int64_t(rt.inv[size_t(t * K + k)]) * D, DX + t * D, D);
+      const int64_t tn = std::min(t + 1, e - 1);
+      for (int64_t k = 0; k < K; ++k) {
+        src[size_t(k)] = G + int64_t(rt.inv[size_t(t * K + k)]) * D;
+        next[size_t(k)] = G + int64_t(rt.inv[size_t(tn * K + k)]) * D;
+      }
+      rows::weighted_sum(ones.data(), src.data(), K, DX + t * D, D, next.data());
     }
   });
 }

@@ -1,3 +1,5 @@
+#include <vector>
+
 #include "kernels/permute.h"
 #include "kernels/row_ops.h"
 #include "moe/thread_pool.h"
@@ -31,9 +33,11 @@ void permute_backward_typed(const Tensor& dxs, const Routing& rt, Tensor& dx) {
   });
   float* DX = dx.data<float>();
   parallel_for(T_, 16, [&](int64_t b, int64_t e) {
+    std::vector<const T*> src(static_cast<size_t>(K));
+    const std::vector<float> ones(static_cast<size_t>(K), 1.0f);
     for (int64_t t = b; t < e; ++t) {
-      std::fill(DX + t * D, DX + (t + 1) * D, 0.0f);
-      for (int64_t k = 0; k < K; ++k) rows::axpy_f32(1.0f, U + (t * K + k) * D, DX + t * D, D);
+      for (int64_t k = 0; k < K; ++k) src[size_t(k)] = U + (t * K + k) * D;
+      rows::weighted_sum(ones.data(), src.data(), K, DX + t * D, D);
     }
   });
 }

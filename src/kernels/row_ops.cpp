@@ -1,8 +1,18 @@
 #include "kernels/row_ops.h"
 
+#include <algorithm>
+
 #include "core/target_clones.h"
 
-namespace moe::rows {
+namespace moe {
+namespace avx512 {
+bool supports(DType in);  // src/kernels/avx512/grouped_gemm_avx512.cpp
+void weighted_sum(const float* w, const bf16* const* src, int64_t K, bf16* dst, int64_t D, const bf16* const* next);
+void weighted_sum(const float* w, const bf16* const* src, int64_t K, float* dst, int64_t D, const bf16* const* next);
+void weighted_sum(const float* w, const float* const* src, int64_t K, float* dst, int64_t D, const float* const* next);
+}  // namespace avx512
+
+namespace rows {
 namespace {
 
 #define MOE_ROW_CLONES MOE_TARGET_CLONES
@@ -58,7 +68,41 @@ MOE_ROW_CLONES void store_bf16(const float* acc, uint16_t* dst, int64_t D) {
   for (int64_t d = 0; d < D; ++d) dst[d] = bf16_bits(acc[d]);
 }
 
+// The portable weighted_sum: blocks of the row through an f32 buffer.
+template <class S, class O>
+void weighted_sum_portable(const float* w, const S* const* src, int64_t K, O* dst, int64_t D) {
+  constexpr int64_t kBlock = 512;
+  alignas(64) float acc[kBlock];
+  for (int64_t d = 0; d < D; d += kBlock) {
+    const int64_t n = std::min(kBlock, D - d);
+    std::fill(acc, acc + n, 0.0f);
+    for (int64_t k = 0; k < K; ++k) axpy_f32(w[k], src[k] + d, acc, n);
+    store_row(acc, dst + d, n);
+  }
+}
+
+bool use_avx512() {
+  static const bool yes = avx512::supports(DType::f32);
+  return yes;
+}
+
+template <class S, class O>
+void weighted_sum_any(const float* w, const S* const* src, int64_t K, O* dst, int64_t D, const S* const* next) {
+  if (use_avx512()) return avx512::weighted_sum(w, src, K, dst, D, next);
+  weighted_sum_portable(w, src, K, dst, D);
+}
+
 }  // namespace
+
+void weighted_sum(const float* w, const bf16* const* src, int64_t K, bf16* dst, int64_t D, const bf16* const* next) {
+  weighted_sum_any(w, src, K, dst, D, next);
+}
+void weighted_sum(const float* w, const bf16* const* src, int64_t K, float* dst, int64_t D, const bf16* const* next) {
+  weighted_sum_any(w, src, K, dst, D, next);
+}
+void weighted_sum(const float* w, const float* const* src, int64_t K, float* dst, int64_t D, const float* const* next) {
+  weighted_sum_any(w, src, K, dst, D, next);
+}
 
 void axpy_f32(float w, const bf16* src, float* acc, int64_t D) { axpy_bf16(w, bits(src), acc, D); }
 void axpy_f32(float w, const float* src, float* acc, int64_t D) { axpy_f32_impl(w, src, acc, D); }
@@ -73,4 +117,5 @@ float dot(const float* a, const float* b, int64_t D) { return dot_f32(a, b, D); 
 void store_row(const float* acc, bf16* dst, int64_t D) { store_bf16(acc, bits(dst), D); }
 void store_row(const float* acc, float* dst, int64_t D) { std::memcpy(dst, acc, size_t(D) * sizeof(float)); }
 
-}  // namespace moe::rows
+}  // namespace rows
+}  // namespace moe

@@ -36,6 +36,18 @@ void scale(float w, const float* src, float* dst, int64_t D);
 float dot(const bf16* a, const bf16* b, int64_t D);
 float dot(const float* a, const float* b, int64_t D);
 
+// dst[d] = round_O(sum_k w[k] * src[k][d]): the sum in f32 from 0, k = 0..K-1
+// in order, each term a rounded product (the bits of filling an f32 row with
+// 0, axpy_f32 of each source, store_row). AVX-512 where the CPU has it (one
+// pass, the sum in registers), a portable loop elsewhere: same bits. `next`
+// (optional, K rows): the rows of the following call, prefetched as this one runs.
+void weighted_sum(const float* w, const bf16* const* src, int64_t K, bf16* dst, int64_t D,
+                  const bf16* const* next = nullptr);
+void weighted_sum(const float* w, const bf16* const* src, int64_t K, float* dst, int64_t D,
+                  const bf16* const* next = nullptr);
+void weighted_sum(const float* w, const float* const* src, int64_t K, float* dst, int64_t D,
+                  const float* const* next = nullptr);
+
 // dst[d] = round_T(acc[d]).
 void store_row(const float* acc, bf16* dst, int64_t D);
 void store_row(const float* acc, float* dst, int64_t D);
