@@ -187,6 +187,38 @@ TEST(GroupedGemm, MatchesReferenceF32) {
     }
 }
 
+// With a reduction length of 1 the f32 sum is 0 + the exact product, so a bf16
+// output is exactly to_bf16(0 + a * b) (round to nearest even, infinities kept),
+// except that a product below the smallest normal f32 may be flushed to zero:
+// the AVX-512 BF16 dot product (VDPBF16PS) always flushes denormal results;
+// the portable path rounds them. Documented in docs/architecture.md.
+TEST(GroupedGemm, Bf16OutputRoundsLikeToBf16) {
+  const float lhs_vals[] = {1e-20f, -3e-20f, 1.5e-19f, 7e-21f, 1.0f, -2.5f, 3e38f, 0.0f};
+  const int64_t M = 8, N = 35;  // N: two full 16-lane blocks and a masked tail
+  Tensor lhs(DType::bf16, {M, 1}), rhs(DType::bf16, {1, 1, N});
+  for (int64_t i = 0; i < M; ++i) lhs.data<bf16>()[i] = to_bf16(lhs_vals[i]);
+  for (int64_t j = 0; j < N; ++j) rhs.data<bf16>()[j] = to_bf16(float(j + 1) * 1.7e-20f * (j % 2 ? -1.0f : 1.0f));
+  rhs.data<bf16>()[N - 1] = to_bf16(1e30f);  // 3e38 * 1e30: +inf; 0 * 1e30: 0
+  Tensor out(DType::bf16, {M, N});
+  GroupLayout g = GroupLayout::from_sizes({M});
+  gmm(lhs, rhs, g, 0, out);
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) {
+      float exact = 0.0f + to_f32(lhs.data<bf16>()[i]) * to_f32(rhs.data<bf16>()[j]);  // the sum starts at +0
+      uint16_t got = out.data<bf16>()[i * N + j].bits;
+      bool flushed = std::fpclassify(exact) == FP_SUBNORMAL && (got & 0x7fff) == 0;
+      if (!flushed)
+        ASSERT_EQ(got, to_bf16(exact).bits) << "row " << i << " col " << j << " exact " << exact;
+    }
+}
+
+// A weight gradient of 64 MiB or more is written with non-temporal stores
+// (gemm_drhs_avx512.cpp, kStreamBytes): same values, full tiles streamed,
+// the partial last column panel (N = 4112: rows 64-byte aligned, 16 columns past the last full panel) stored normally.
+TEST(GroupedGemm, LargeGradientWithStreamedStores) {
+  run_drhs(DType::bf16, Case{{3, 2}, 4096, 4112, 0, 2, 0}, 0);
+}
+
 // Copies rows [b, e) of x into rows starting at `at` of y.
 void copy_rows(const Tensor& x, int64_t b, int64_t e, Tensor& y, int64_t at) {
   size_t row = size_t(x.numel() / x.dim(0)) * dtype_size(x.dtype());

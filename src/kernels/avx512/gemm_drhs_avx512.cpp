@@ -36,6 +36,7 @@ struct DrhsGroup {
   float* G;  // [Kc, N] of this group
   int64_t Kc, N, r0, r1;
   uint32_t *ap = nullptr, *bp = nullptr;
+  bool stream = false;  // non-temporal output stores (the whole gradient is larger than the caches)
 
   int64_t P() const { return words_of<T>(r1 - r0); }
   int64_t panels() const { return (N + NR - 1) / NR; }
@@ -66,21 +67,29 @@ struct DrhsGroup {
     for (int64_t t = t0; t < t1; ++t) {
       int64_t pi = t / kblocks(), k0 = t % kblocks() * KB, c0 = pi * NR;
       run_rows<typename S::Step, S::MR, S::NV>(a, k0, std::min(Kc, k0 + KB), bp + pi * P() * NR, P(), false,
-                                               G + c0, N, std::min<int64_t>(NR, N - c0), nullptr);
+                                               G + c0, N, std::min<int64_t>(NR, N - c0), nullptr, stream);
     }
+    if (stream) _mm_sfence();  // the streamed gradient rows are visible before the task reports done
   }
 };
+
+// Gradients at least this large are written with non-temporal stores: they
+// do not fit the caches, so a normal store's read for ownership is wasted
+// DRAM traffic (many-experts up.drhs: 512 MB of f32, 44.8 -> 43.1 ms).
+constexpr size_t kStreamBytes = size_t(64) << 20;
 
 template <class T>
 DrhsGroup<T> group_of(const Tensor& lhs, const Tensor& dout, const GroupLayout& groups, int64_t goff, Tensor& drhs,
                       int64_t lg) {
   int64_t Kc = lhs.dim(1), N = dout.dim(1);
-  return {lhs.data<T>(), dout.data<T>(), drhs.data<float>() + lg * Kc * N, Kc, N,
-          groups.offsets[size_t(goff + lg)], groups.offsets[size_t(goff + lg + 1)]};
+  DrhsGroup<T> g{lhs.data<T>(), dout.data<T>(), drhs.data<float>() + lg * Kc * N, Kc, N,
+                 groups.offsets[size_t(goff + lg)], groups.offsets[size_t(goff + lg + 1)]};
+  g.stream = drhs.nbytes() >= kStreamBytes;
+  return g;
 }
 
 // Packed bytes of a group small enough to run as one task (fits L2 with room).
-constexpr int64_t kSmallGroupBytes = 512 << 10;
+constexpr int64_t kSmallGroupBytes = 1024 << 10;
 
 template <class T>
 void drhs_typed(const Tensor& lhs, const Tensor& dout, const GroupLayout& groups, int64_t goff, Tensor& drhs) {

@@ -80,7 +80,7 @@ struct Tile {
   // MR*NV FMAs (6x4: 10 loads per 24 dp, ~12 cycles at 2 dp/cycle).
   template <class Out>
   static void run(const std::byte* a, const ptrdiff_t* row_off, ptrdiff_t a_step, const uint32_t* b, int64_t P,
-                  bool half_last, Out* out, int64_t ldc, int mr, int64_t nc) {
+                  bool half_last, Out* out, int64_t ldc, int mr, int64_t nc, bool stream = false) {
     ptrdiff_t off[MR];
     MOE_UNROLL for (int i = 0; i < MR; ++i) off[i] = row_off[i];
     Acc acc;
@@ -89,11 +89,20 @@ struct Tile {
     int64_t full = half_last ? P - 1 : P;
     for (int64_t p = 0; p < full; ++p) step(acc, a + p * a_step, off, b + p * 16 * NV);
     if (half_last) step_half(acc, a + full * a_step, off, b + full * 16 * NV);
-    store(acc, out, ldc, mr, nc);
+    store(acc, out, ldc, mr, nc, stream);
   }
 
   template <class Out>
-  MOE_INLINE static void store(const Acc& acc, Out* out, int64_t ldc, int mr, int64_t nc) {
+  MOE_INLINE static void store(const Acc& acc, Out* out, int64_t ldc, int mr, int64_t nc, bool stream) {
+    if constexpr (sizeof(Out) == 4) {
+      // Non-temporal stores (no read for ownership) for outputs written once and not read
+      // soon, such as weight gradients: full tiles on 64-byte aligned rows only.
+      if (stream && mr == MR && nc == 16 * NV && ((uintptr_t(out) | uintptr_t(ldc * 4)) & 63) == 0) {
+        MOE_UNROLL for (int i = 0; i < MR; ++i)
+          MOE_UNROLL for (int v = 0; v < NV; ++v) _mm512_stream_ps(out + i * ldc + 16 * v, acc[i][v]);
+        return;
+      }
+    }
     if (mr == MR && nc == 16 * NV) {
       MOE_UNROLL for (int i = 0; i < MR; ++i)
         MOE_UNROLL for (int v = 0; v < NV; ++v) store16(out + i * ldc + 16 * v, __mmask16(0xffff), acc[i][v]);

@@ -15,6 +15,8 @@
 
 #include "kernels/avx512/target_begin.h"
 
+#include "kernels/avx512/bf16_round.h"
+
 namespace moe::avx512 {
 namespace {
 
@@ -27,17 +29,7 @@ __m512 load16(const bf16* p, __mmask16 m) {
 }
 
 void store16(float* p, __m512 v, __mmask16 m) { _mm512_mask_storeu_ps(p, m, v); }
-// Round to nearest even on the bits; NaN: the high half with the quiet bit set.
-void store16(bf16* p, __m512 v, __mmask16 m) {
-  const __m512i u = _mm512_castps_si512(v);
-  const __m512i hi = _mm512_srli_epi32(u, 16);
-  const __m512i lsb = _mm512_and_si512(hi, _mm512_set1_epi32(1));
-  const __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb), 16);
-  const __m512i abs = _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff));
-  const __mmask16 nan = _mm512_cmpgt_epu32_mask(abs, _mm512_set1_epi32(0x7f800000));
-  const __m512i out = _mm512_mask_or_epi32(rounded, nan, hi, _mm512_set1_epi32(0x40));
-  _mm256_mask_storeu_epi16(p, m, _mm512_cvtepi32_epi16(out));
-}
+void store16(bf16* p, __m512 v, __mmask16 m) { _mm256_mask_storeu_epi16(p, m, round_to_bf16(v)); }
 
 template <class S, class O>
 void weighted_sum_impl(const float* w, const S* const* src, int64_t K, O* dst, int64_t D, const S* const* next) {
