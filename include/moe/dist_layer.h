@@ -18,6 +18,7 @@
 // order: within a few f32 ulps of the single-process sum per element.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -65,10 +66,11 @@ class DistLayer {
  private:
   void forward_a2a(const StepExec& ex, DistForward& f, Tensor& y) const;
   void forward_ring(const StepExec& ex, DistForward& f, Tensor& y) const;
+  // before_drain: run after the last chunk's FFN backward, before the pending returns are waited for.
   void backward_a2a(const StepExec& ex, const DistForward& f, const Tensor& dy, Tensor& dx, Tensor& dW,
-                    std::vector<ChunkGrad>& cg) const;
+                    std::vector<ChunkGrad>& cg, const std::function<void()>& before_drain) const;
   void backward_ring(const StepExec& ex, const DistForward& f, const Tensor& dy, Tensor& dx, Tensor& dW,
-                     std::vector<ChunkGrad>& cg) const;
+                     std::vector<ChunkGrad>& cg, const std::function<void()>& before_drain) const;
 
   const Config& cfg_;
   const Mesh& mesh_;

@@ -1,12 +1,35 @@
 // The link probe of `moe bench --dist --probe-mb` (scripts/overlap.sh checks
 // that a rate limit takes effect with it).
+#include <unistd.h>
+
 #include <algorithm>
+#include <fstream>
+#include <string>
 #include <vector>
 
 #include "bench/dist_bench.h"
 #include "bench/timing.h"
 
 namespace moe::bench {
+namespace {
+
+// Busy jiffies of all cores together (the first line of /proc/stat, less idle and iowait).
+struct CpuTicks {
+  bool ok = false;
+  long long busy = 0;
+};
+CpuTicks cpu_ticks() {
+  std::ifstream f("/proc/stat");
+  std::string cpu;
+  long long v[8] = {};
+  if (!(f >> cpu) || cpu != "cpu") return {};
+  for (long long& x : v)
+    if (!(f >> x)) return {};
+  // user nice system idle iowait irq softirq steal
+  return {true, v[0] + v[1] + v[2] + v[5] + v[6] + v[7]};
+}
+
+}  // namespace
 
 ProbeResult probe_all_to_all(Communicator& world, int64_t bytes, int iters, int calls) {
   const int W = world.size();
@@ -15,14 +38,22 @@ ProbeResult probe_all_to_all(Communicator& world, int64_t bytes, int iters, int 
   std::vector<char> send(size_t(block * W), 1), recv(send.size());
   const A2ALayout layout = A2ALayout::uniform(W, block);
   std::vector<double> ms;
+  const bool was_polite = world.polite_waits();
+  world.set_polite_waits(true);
+  CpuTicks busy0;
   for (int i = 0; i < iters + 1; ++i) {
     world.barrier();
+    if (i == 1) busy0 = cpu_ticks();
     const double t0 = now_ms();
     for (int c = 0; c < calls; ++c) world.all_to_allv(send.data(), recv.data(), layout, 1);
     world.barrier();
     if (i > 0) ms.push_back(now_ms() - t0);  // the first one connects
   }
+  const CpuTicks busy1 = cpu_ticks();
+  world.set_polite_waits(was_polite);
   ProbeResult r;
+  if (busy0.ok && busy1.ok && iters > 0)
+    r.busy_core_ms = double(busy1.busy - busy0.busy) * 1000.0 / double(sysconf(_SC_CLK_TCK)) / iters;
   r.median_ms = summarize(ms).median_ms;
   r.bytes_out = block * (W - 1) * calls;
   r.mbit_per_s = r.median_ms > 0 ? double(r.bytes_out) * 8 / (r.median_ms * 1e3) : 0;

@@ -1,8 +1,10 @@
 // The backward schedule of a distributed step: per chunk the adjoints of the
-// forward in reverse (combine, return, FFN, dispatch, permute), then the
-// weight gradients once over every chunk's rows in single-process order, then
+// forward in reverse (combine, return, FFN, dispatch, permute); the weight
+// gradients once over every chunk's rows in single-process order (after the
+// last chunk's FFN backward, while the last returns are in flight), then
 // their reduction to the stored shards.
 #include <cstring>
+#include <functional>
 #include <string>
 
 #include "dist/dist_step.h"
@@ -68,36 +70,42 @@ LayerGrads DistLayer::backward(const DistForward& f, const Tensor& dy_in) const 
   g.dx = Tensor::empty(DType::f32, {T, D});
   Tensor dW = Tensor::empty(DType::f32, {T, K});
   std::vector<ChunkGrad> cg(f.chunks.size());
-  if (cfg_.use_ring_of_experts)
-    backward_ring(ex, f, dy, g.dx, dW, cg);
-  else
-    backward_a2a(ex, f, dy, g.dx, dW, cg);
+  // The expert weight gradients need only the FFN's saved rows, not the
+  // returned input gradients: they run while the last chunks' returns are in
+  // flight, and their reductions are queued right behind those returns.
   LayerWeights needed;
-  ex.compute("weight_grads", [&] {
-    std::vector<FfnGradInputs> keeps;
-    for (auto& c : cg) keeps.push_back(std::move(c.keep));
-    if (f.chunks.size() == 1) return ffn_weight_grads(f.ffn, keeps[0], f.chunks[0].ex.local_groups, needed);
-    std::vector<int64_t> sizes;
-    std::vector<Segment> segs = merge_order(f.chunks, sizes);
-    GroupLayout merged = GroupLayout::from_sizes(sizes);
-    FfnGradInputs all;
-    for (auto field : {&FfnGradInputs::xs, &FfnGradInputs::a, &FfnGradInputs::dys, &FfnGradInputs::dh,
-                       &FfnGradInputs::dh0, &FfnGradInputs::dh1})
-      all.*field = merge_rows(keeps, segs, merged.total(), field);
-    ffn_weight_grads(f.ffn, all, merged, needed);
-  });
-  // Expert gradients go home first (target fsdp_all_gather: the gathers' reduce-scatters,
-  // side engine when offloaded) while the router's backward runs.
-  const GatherMode mode = explicit_plan_ ? GatherMode::explicit_plan : GatherMode::boundary;
   std::vector<Event> reduced;
-  needed.for_each(cfg_, [&](const std::string& name, Tensor& t) {
-    if (name == "router.kernel" || !reduce_moves_data(cfg_, mesh_, name)) return;
-    Collective kind = mode == GatherMode::explicit_plan ? Collective::reduce_scatter : Collective::all_reduce;
-    Tensor* slot = &t;
-    const std::string op = std::string(kind == Collective::reduce_scatter ? "RS:grad." : "AR:grad.") + name;
-    reduced.push_back(ex.collective(OffloadTarget::fsdp_all_gather, kind, op,
-                                    [this, slot, name, mode](const Mesh& m) { *slot = reduce_gradient(cfg_, m, name, *slot, mode); }));
-  });
+  auto weight_grads = [&] {
+    ex.compute("weight_grads", [&] {
+      std::vector<FfnGradInputs> keeps;
+      for (auto& c : cg) keeps.push_back(std::move(c.keep));
+      if (f.chunks.size() == 1) return ffn_weight_grads(f.ffn, keeps[0], f.chunks[0].ex.local_groups, needed);
+      std::vector<int64_t> sizes;
+      std::vector<Segment> segs = merge_order(f.chunks, sizes);
+      GroupLayout merged = GroupLayout::from_sizes(sizes);
+      FfnGradInputs all;
+      for (auto field : {&FfnGradInputs::xs, &FfnGradInputs::a, &FfnGradInputs::dys, &FfnGradInputs::dh,
+                         &FfnGradInputs::dh0, &FfnGradInputs::dh1})
+        all.*field = merge_rows(keeps, segs, merged.total(), field);
+      ffn_weight_grads(f.ffn, all, merged, needed);
+    });
+    // Expert gradients go home (target fsdp_all_gather: the gathers' reduce-scatters, side
+    // engine when offloaded) while the pipeline drains and the router's backward runs.
+    const GatherMode mode = explicit_plan_ ? GatherMode::explicit_plan : GatherMode::boundary;
+    needed.for_each(cfg_, [&](const std::string& name, Tensor& t) {
+      if (name == "router.kernel" || !reduce_moves_data(cfg_, mesh_, name)) return;
+      Collective kind = mode == GatherMode::explicit_plan ? Collective::reduce_scatter : Collective::all_reduce;
+      Tensor* slot = &t;
+      const std::string op = std::string(kind == Collective::reduce_scatter ? "RS:grad." : "AR:grad.") + name;
+      reduced.push_back(ex.collective(OffloadTarget::fsdp_all_gather, kind, op,
+                                      [this, slot, name, mode](const Mesh& m) { *slot = reduce_gradient(cfg_, m, name, *slot, mode); }));
+    });
+  };
+  if (cfg_.use_ring_of_experts)
+    backward_ring(ex, f, dy, g.dx, dW, cg, weight_grads);
+  else
+    backward_a2a(ex, f, dy, g.dx, dW, cg, weight_grads);
+  const GatherMode mode = explicit_plan_ ? GatherMode::explicit_plan : GatherMode::boundary;
   ex.compute("router_backward", [&] {
     Tensor dz = router_weights_backward(cfg_, f.router, dW);
     aux_backward(cfg_, f.router.logits, f.global, dz);
@@ -111,7 +119,7 @@ LayerGrads DistLayer::backward(const DistForward& f, const Tensor& dy_in) const 
 }
 
 void DistLayer::backward_a2a(const StepExec& ex, const DistForward& f, const Tensor& dy, Tensor& dx, Tensor& dW,
-                             std::vector<ChunkGrad>& cg) const {
+                             std::vector<ChunkGrad>& cg, const std::function<void()>& before_drain) const {
   const int64_t K = cfg_.num_experts_per_tok, D = cfg_.emb_dim;
   auto prepare = [&](int64_t c) {
     const Chunk& ch = f.chunks[size_t(c)];
@@ -152,11 +160,11 @@ void DistLayer::backward_a2a(const StepExec& ex, const DistForward& f, const Ten
       g.buf = Tensor();
     });
   };
-  run_pipeline(int64_t(f.chunks.size()), ex.pipelined() ? 1 : 0, prepare, compute, finish);
+  run_pipeline(int64_t(f.chunks.size()), ex.pipelined() ? 1 : 0, prepare, compute, finish, before_drain);
 }
 
 void DistLayer::backward_ring(const StepExec& ex, const DistForward& f, const Tensor& dy, Tensor& dx, Tensor& dW,
-                              std::vector<ChunkGrad>& cg) const {
+                              std::vector<ChunkGrad>& cg, const std::function<void()>& before_drain) const {
   auto prepare = [&](int64_t c) {
     const Chunk& ch = f.chunks[size_t(c)];
     ChunkGrad& g = cg[size_t(c)];
@@ -183,7 +191,7 @@ void DistLayer::backward_ring(const StepExec& ex, const DistForward& f, const Te
     std::memcpy(dx.slice_rows(ch.t0, ch.t1).raw(), g.dx_rows.raw(), g.dx_rows.nbytes());
     std::memcpy(dW.slice_rows(ch.t0, ch.t1).raw(), g.dW_rows.raw(), g.dW_rows.nbytes());
   };
-  run_pipeline(int64_t(f.chunks.size()), ex.pipelined() ? 1 : 0, prepare, compute, finish);
+  run_pipeline(int64_t(f.chunks.size()), ex.pipelined() ? 1 : 0, prepare, compute, finish, before_drain);
 }
 
 }  // namespace moe

@@ -61,8 +61,12 @@ struct ChunkGrad {
 
 // Runs prepare / compute / finish over n chunks with `lookahead` chunks
 // prepared ahead (0: strictly in order, the schedule without offload).
-template <class Prepare, class Compute, class Finish>
-void run_pipeline(int64_t n, int64_t lookahead, Prepare prepare, Compute compute, Finish finish) {
+// before_drain() runs after the last compute and before the finishes still
+// pending (with lookahead, the last chunks' returns are in flight then): work
+// that needs no finish() result goes there to hide the pipeline's drain.
+template <class Prepare, class Compute, class Finish, class BeforeDrain>
+void run_pipeline(int64_t n, int64_t lookahead, Prepare prepare, Compute compute, Finish finish,
+                  BeforeDrain before_drain) {
   for (int64_t c = 0; c < std::min(lookahead, n); ++c) prepare(c);
   for (int64_t c = 0; c < n; ++c) {
     if (lookahead == 0) prepare(c);
@@ -70,7 +74,12 @@ void run_pipeline(int64_t n, int64_t lookahead, Prepare prepare, Compute compute
     compute(c);
     if (c >= lookahead) finish(c - lookahead);
   }
+  before_drain();
   for (int64_t c = std::max<int64_t>(n - lookahead, 0); c < n; ++c) finish(c);
+}
+template <class Prepare, class Compute, class Finish>
+void run_pipeline(int64_t n, int64_t lookahead, Prepare prepare, Compute compute, Finish finish) {
+  run_pipeline(n, lookahead, prepare, compute, finish, [] {});
 }
 
 // One AG over the world: every rank's aux statistics; returns the global sum
