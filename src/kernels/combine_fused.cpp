@@ -16,7 +16,7 @@ void combine_typed(const Tensor& ys, const Tensor& w, const Routing& rt, bool f3
   const T* S = ys.data<T>();
   const float* W = w.data<float>();
   T* Y = y.data<T>();
-  parallel_for(rt.tokens, 16, [&](int64_t b, int64_t e) {
+  parallel_for(rt.tokens, rows::row_grain((K + 1) * D * int64_t(sizeof(T)), 16), [&](int64_t b, int64_t e) {
     std::vector<const T*> src(static_cast<size_t>(K)), next(static_cast<size_t>(K));
     for (int64_t t = b; t < e; ++t) {
       const int32_t* rows_of_t = rt.inv.data() + t * K;
@@ -44,7 +44,7 @@ void backward_typed(const Tensor& dy, const Tensor& ys, const Tensor& w, const R
   const float* W = w.data<float>();
   T* DS = dys.data<T>();
   float* DW = dw.data<float>();
-  parallel_for(rt.tokens, 16, [&](int64_t b, int64_t e) {
+  parallel_for(rt.tokens, rows::row_grain((K + 1) * D * int64_t(sizeof(T)), 16), [&](int64_t b, int64_t e) {
     for (int64_t t = b; t < e; ++t)
       for (int64_t k = 0; k < K; ++k) {
         const int64_t s = t * K + k, row = rt.inv[size_t(s)];

@@ -16,7 +16,7 @@ void gather_rows(const Tensor& x, const Routing& rt, Tensor& xs) {
   const int64_t K = rt.top_k, D = x.dim(1);
   const T* X = x.data<T>();
   T* S = xs.data<T>();
-  parallel_for(rt.rows(), 64, [&](int64_t b, int64_t e) {
+  parallel_for(rt.rows(), rows::row_grain(2 * D * int64_t(sizeof(T)), 64), [&](int64_t b, int64_t e) {
     for (int64_t r = b; r < e; ++r) rows::copy(X + (rt.order[size_t(r)] / K) * D, S + r * D, D);
   });
 }
@@ -26,7 +26,7 @@ void sum_token_rows(const Tensor& dxs, const Routing& rt, Tensor& dx) {
   const int64_t K = rt.top_k, D = dxs.dim(1);
   const T* G = dxs.data<T>();
   float* DX = dx.data<float>();
-  parallel_for(rt.tokens, 16, [&](int64_t b, int64_t e) {
+  parallel_for(rt.tokens, rows::row_grain((K * int64_t(sizeof(T)) + 4) * D, 16), [&](int64_t b, int64_t e) {
     std::vector<const T*> src(static_cast<size_t>(K)), next(static_cast<size_t>(K));
     const std::vector<float> ones(static_cast<size_t>(K), 1.0f);
     for (int64_t t = b; t < e; ++t) {
