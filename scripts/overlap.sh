@@ -45,6 +45,15 @@ in_ns "${mpi[@]}" ./build/moe bench --dist --probe-mb 6.3 --probe-calls 25 --ite
 echo "== compute only: one rank doing one ep2 rank's work (no communication, nobody else waiting)"
 in_ns "${mpi[@]/-np 2/-np 1}" ./build/moe bench --dist --iters "$iters" --warmup 2 \
   --variant compute_only_ep2_chunks4 --json "${json%.json}_compute.json" ${OVERLAP_ARGS:-}
+echo "== compute only, both cores busy: two such 1-rank jobs at once (what sharing the machine costs)"
+# shellcheck disable=SC2086
+# (--bind-to none: two separate jobs would otherwise both bind their rank 0 to core 0)
+for j in 0 1; do
+  in_ns "${mpi[@]/-np 2/-np 1}" --bind-to none ./build/moe bench --dist --iters "$iters" --warmup 2 \
+    --variant compute_only_ep2_chunks4 ${OVERLAP_ARGS:-} > "${json%.json}_compute_pair$j.txt" 2>&1 &
+done
+wait
+grep -h compute_only "${json%.json}"_compute_pair*.txt
 echo "== 2 ranks over $rate: baselines (offload off) and every target live, 4 token chunks"
 # shellcheck disable=SC2086
 in_ns "${mpi[@]}" ./build/moe bench --dist --iters "$iters" --warmup 2 --json "$json" \

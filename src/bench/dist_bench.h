@@ -66,13 +66,14 @@ std::vector<DistResult> run_dist_bench(const DistBenchOptions& o, Communicator& 
 // to each rank per call) over `world`, `iters` times after one untimed run:
 // the communication of a step alone (bytes and calls as its A2A counters).
 // bytes_out: what leaves each rank; mbit_per_s: bytes_out over the median time.
-// The probe waits politely (poll + sleep, as the side engine does), so the
-// machine's busy time while it runs is what moving the bytes costs the CPUs:
-// busy_core_ms = busy time of all cores per iteration, from /proc/stat
-// (the whole machine, every rank and the kernel's network work; -1 where
-// /proc/stat cannot be read).
+// median_ms: with MPI's own (spinning) waits, the fastest the link moves the
+// bytes. A second pass waits politely (poll + sleep, as the side engine does):
+// polite_median_ms, and busy_core_ms = the busy time of all cores per
+// iteration from /proc/stat (the whole machine: every rank and the kernel's
+// network work; -1 where /proc/stat cannot be read), i.e. what moving the
+// bytes costs the CPUs when nobody spins.
 struct ProbeResult {
-  double median_ms = 0, mbit_per_s = 0, busy_core_ms = -1;
+  double median_ms = 0, mbit_per_s = 0, polite_median_ms = 0, busy_core_ms = -1;
   int64_t bytes_out = 0;
 };
 ProbeResult probe_all_to_all(Communicator& world, int64_t bytes, int iters, int calls = 1);

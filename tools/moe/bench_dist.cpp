@@ -23,9 +23,9 @@ void probe(const BenchDistArgs& a, Communicator& w) {
       bench::probe_all_to_all(w, int64_t(a.probe_mb * 1e6), std::max(a.iters, 1), std::max(a.probe_calls, 1));
   if (w.rank() == 0)
     std::printf("probe: %d all-to-all(s), %d ranks, %.2f MB out of each rank: median %.2f ms = %.0f Mbit/s per rank; "
-                "machine busy %.2f core-ms per iteration\n",
+                "polite waits: median %.2f ms, machine busy %.2f core-ms per iteration\n",
                 std::max(a.probe_calls, 1), w.size(), double(r.bytes_out) / 1e6, r.median_ms, r.mbit_per_s,
-                r.busy_core_ms);
+                r.polite_median_ms, r.busy_core_ms);
 }
 
 void run(const BenchDistArgs& a, Communicator& w) {
