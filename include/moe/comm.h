@@ -64,6 +64,10 @@ class CommCounters {
   void reset();
   // "AR 1 (64 B), AG 2 (128 B), A2A 0 (0 B), RS 0 (0 B), SO 0 (0 B)"
   std::string summary() const;
+  // Bytes counted by add() on the calling thread so far, over every counter
+  // of the process (never reset): the difference around an op is the bytes
+  // that op's collectives moved (the step trace's per-op bytes).
+  static int64_t thread_bytes();
 
  private:
   std::array<std::atomic<int64_t>, kNumCollKinds> count_{};

@@ -28,10 +28,17 @@ const char* thread_level_name(ThreadLevel t) {
   return "";
 }
 
+namespace {
+thread_local int64_t t_bytes = 0;
+}  // namespace
+
 void CommCounters::add(CollKind k, int64_t bytes) {
   count_[size_t(k)].fetch_add(1, std::memory_order_relaxed);
   bytes_[size_t(k)].fetch_add(bytes, std::memory_order_relaxed);
+  t_bytes += bytes;
 }
+
+int64_t CommCounters::thread_bytes() { return t_bytes; }
 
 CollStat CommCounters::get(CollKind k) const {
   return CollStat{count_[size_t(k)].load(std::memory_order_relaxed),

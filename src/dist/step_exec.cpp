@@ -10,7 +10,9 @@ Event StepExec::side(std::string name, std::function<void()> fn) const {
   return rt_->side()->submit(name, [trace, &counters, name, fn = std::move(fn)] {
     TraceScope scope(trace, name, OpEngine::side);
     counters.add(CollKind::SO, 0);
+    const int64_t bytes0 = CommCounters::thread_bytes();
     fn();
+    scope.set_bytes(CommCounters::thread_bytes() - bytes0);
   });
 }
 
@@ -31,7 +33,9 @@ Event StepExec::index_math(std::string name, std::function<void()> fn) const {
 
 void StepExec::compute(const std::string& name, const std::function<void()>& fn) const {
   TraceScope scope(trace_, name, OpEngine::compute);
+  const int64_t bytes0 = CommCounters::thread_bytes();
   fn();
+  scope.set_bytes(CommCounters::thread_bytes() - bytes0);  // collectives run inline (not offloaded)
 }
 
 void StepExec::wait(const Event& e) const {

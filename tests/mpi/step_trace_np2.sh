@@ -17,4 +17,10 @@ grep -q '"tid": 1' "$t" || fail "no op on tid 1 (the side track)"
 grep -q '"name": "A2A:dispatch\[0\]"' "$t" || fail "no A2A:dispatch[0] op"
 grep -q '"name": "rank 1"' "$t" || fail "rank 1's ops missing"
 grep -q '"pid": 1' "$t" || fail "no op of rank 1"
+# Per-op bytes: an op's collectives' payload (this rank's, as the counters count it); 0 for compute.
+flat=$(tr -d '\n ' < "$t")
+bytes_of() { echo "$flat" | grep -o "\"args\":{\"bytes\":[0-9]*}[^}]*\"name\":\"$1\"" | head -1 | sed 's/.*"bytes":\([0-9]*\).*/\1/'; }
+b=$(bytes_of 'A2A:dispatch\[0\]'); [ -n "$b" ] && [ "$b" -gt 0 ] || fail "A2A:dispatch[0] bytes: '$b' (expected > 0)"
+b=$(bytes_of 'AG:aux_stats'); [ -n "$b" ] && [ "$b" -gt 0 ] || fail "AG:aux_stats bytes: '$b' (expected > 0)"
+b=$(bytes_of 'ffn\[0\]'); [ "$b" = 0 ] || fail "ffn[0] bytes: '$b' (expected 0)"
 echo "step_trace_np2: OK ($(grep -c '"ph": "X"' "$t") ops)"
