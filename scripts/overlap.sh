@@ -34,8 +34,14 @@ in_ns tc qdisc show dev lo
 # with no core to spare they must preempt the compute thread to keep the link busy.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 MOE_NUM_THREADS=${MOE_NUM_THREADS:-1}
 export MOE_SIDE_ENGINE_RT=${MOE_SIDE_ENGINE_RT:-1}
+# TCP transport: messages up to 1 MiB go eagerly (no rendezvous round trips, each of which waits
+# for the peer's next MPI poll) through 4 MiB socket buffers, so one poll hands a whole chunk's
+# bytes to the kernel and the link drains them between polls (docs/benchmarks.md: step 27-29 ->
+# 25 ms at 2gbit, the polite probe at the spinning probe's speed).
 mpi=(mpirun --oversubscribe -np 2 --mca pml ob1 --mca btl self,tcp --mca btl_tcp_if_include lo
-     --mca oob_tcp_if_include lo --mca mpi_yield_when_idle 1)
+     --mca oob_tcp_if_include lo --mca mpi_yield_when_idle 1
+     --mca btl_tcp_eager_limit 1048576 --mca btl_tcp_max_send_size 1048576
+     --mca btl_tcp_sndbuf 4194304 --mca btl_tcp_rcvbuf 4194304)
 echo "== link probe: the limit must show (without the qdisc this loopback moved 3.1 Gbit/s per rank here)"
 in_ns "${mpi[@]}" ./build/moe bench --dist --probe-mb 8 --iters 3
 echo "== communication only: the bytes of a step's all-to-alls (ep2_chunks4: 4.2 MB per rank in 16 calls) and nothing else"
