@@ -53,6 +53,12 @@ TEST(CliBench, BadArgumentsAreErrors) {
   auto r = testing::run_moe("bench --case nosuch --iters 1", dir.path());
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find("unknown case 'nosuch'"), std::string::npos) << r.err;
+  EXPECT_EQ(r.out.find("median_ms"), std::string::npos) << "no table header before an argument error: " << r.out;
+  // An output file in a directory that does not exist: refused before anything runs.
+  r = testing::run_moe("bench --case tiny --iters 1 --json no/such/dir/out.json", dir.path());
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("--json no/such/dir/out.json: directory 'no/such/dir' does not exist"), std::string::npos) << r.err;
+  EXPECT_EQ(r.out.find("tiny"), std::string::npos) << "ran before failing: " << r.out;
   r = testing::run_moe("bench --case tiny --iters 0", dir.path());
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find("--iters"), std::string::npos) << r.err;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <utility>
 
 #include "bench/dist_bench.h"
 #include "cli_util.h"
@@ -35,6 +36,7 @@ void run(const BenchDistArgs& a, Communicator& w) {
   o.tokens = a.tokens, o.iters = a.iters, o.warmup = a.warmup, o.seed = a.seed, o.variants = a.variants;
   o.trace_dir = a.trace_dir;
   if (o.tokens < 1) fail("--tokens must be >= 1 (got ", o.tokens, ")");
+  if (!a.json.empty()) check_output_dir(a.json, "--json");
   const bool root = w.rank() == 0;
   if (root && !a.trace_dir.empty()) std::filesystem::create_directories(a.trace_dir);
   if (root) {
@@ -42,10 +44,11 @@ void run(const BenchDistArgs& a, Communicator& w) {
                 (long long)o.tokens, (long long)o.base.emb_dim, (long long)o.base.moe_mlp_dim,
                 (long long)o.base.num_experts, (long long)o.base.num_experts_per_tok, dtype_name(o.base.dtype),
                 w.size(), o.iters);
-    std::fputs(bench::format_dist_header().c_str(), stdout);
     std::fflush(stdout);
   }
-  auto rows = bench::run_dist_bench(o, w, [](const bench::DistResult& r) {
+  bool header = false;  // printed with the first row, so an unknown variant's error comes alone
+  auto rows = bench::run_dist_bench(o, w, [&header](const bench::DistResult& r) {
+    if (!std::exchange(header, true)) std::fputs(bench::format_dist_header().c_str(), stdout);
     std::fputs(bench::format_dist_row(r).c_str(), stdout);
     std::fflush(stdout);
   });

@@ -1,5 +1,7 @@
 #include "cli_util.h"
 
+#include <filesystem>
+
 #include <cmath>
 #include <cstdio>
 
@@ -10,6 +12,12 @@ namespace moe::cli {
 Communicator& world() {
   static std::unique_ptr<Communicator> w = make_world_comm();
   return *w;
+}
+
+void check_output_dir(const std::string& path, const char* option) {
+  const std::filesystem::path dir = std::filesystem::path(path).parent_path();
+  if (!dir.empty() && !std::filesystem::is_directory(dir))
+    fail(option, " ", path, ": directory '", dir.string(), "' does not exist");
 }
 
 bool distributed(const Config& c) {

@@ -34,6 +34,10 @@ LayerWeights load_weights(const Config& cfg, const SafetensorsFile& file, const 
 std::vector<std::pair<std::string, Tensor>> named(const Config& cfg, const LayerWeights& w,
                                                    const std::string& prefix);
 
+// Fails (moe::Error naming the option) when `path`'s directory does not exist,
+// so a command that writes its results at the end finds out before it runs.
+void check_output_dir(const std::string& path, const char* option);
+
 // Frobenius norm, for summaries.
 double norm(const Tensor& t);
 

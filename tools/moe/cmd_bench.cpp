@@ -4,9 +4,11 @@
 // moe bench --dist [--variant NAME]... [--tokens N] [--iters N] [--warmup N] [--json FILE] [key=value ...]
 // (under mpirun): the distributed layer's table (bench_dist.cpp).
 #include <cstdio>
+#include <utility>
 
 #include "bench/harness.h"
 #include "bench_dist.h"
+#include "cli_util.h"
 #include "commands.h"
 #include "io/atomic_file.h"
 
@@ -42,9 +44,10 @@ void run_bench_cmd(const BenchArgs& a) {
   o.dtype = a.dtype == "f32" ? DType::f32 : DType::bf16;
   if (!a.weight_dtype.empty()) o.weight_dtype = a.weight_dtype == "f32" ? DType::f32 : DType::bf16;
   o.iters = a.iters, o.warmup = a.warmup, o.seed = a.seed;
-  std::fputs(bench::format_table_header().c_str(), stdout);
-  std::fflush(stdout);
-  auto rows = bench::run_bench(o, [](const bench::BenchResult& r) {
+  if (!a.json.empty()) check_output_dir(a.json, "--json");
+  bool header = false;  // printed with the first row, so an argument error comes alone
+  auto rows = bench::run_bench(o, [&header](const bench::BenchResult& r) {
+    if (!std::exchange(header, true)) std::fputs(bench::format_table_header().c_str(), stdout);
     std::fputs(bench::format_table_row(r).c_str(), stdout);
     std::fflush(stdout);
   });
