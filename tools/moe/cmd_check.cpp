@@ -52,6 +52,7 @@ void run(const CheckArgs& a, Communicator& w) {
   o.base = base_config(a.overrides);
   o.tokens = a.tokens > 0 ? a.tokens : bench::find_case("tiny").T;
   o.seed = a.seed, o.variants = a.variants;
+  if (!a.json.empty()) check_output_dir(a.json, "--json");
   const bool root = w.rank() == 0;
   if (root) {
     std::printf("moe check: T=%lld D=%lld F=%lld E=%lld K=%lld dtype=%s, %d rank(s)\n", (long long)o.tokens,
