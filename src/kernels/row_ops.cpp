@@ -3,15 +3,10 @@
 #include <algorithm>
 
 #include "core/target_clones.h"
+#include "kernels/avx512/row_ops_avx512.h"
+#include "kernels/grouped_gemm_internal.h"
 
 namespace moe {
-namespace avx512 {
-bool supports(DType in);  // src/kernels/avx512/grouped_gemm_avx512.cpp
-void weighted_sum(const float* w, const bf16* const* src, int64_t K, bf16* dst, int64_t D, const bf16* const* next);
-void weighted_sum(const float* w, const bf16* const* src, int64_t K, float* dst, int64_t D, const bf16* const* next);
-void weighted_sum(const float* w, const float* const* src, int64_t K, float* dst, int64_t D, const float* const* next);
-}  // namespace avx512
-
 namespace rows {
 namespace {
 

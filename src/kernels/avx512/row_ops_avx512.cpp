@@ -11,6 +11,7 @@
 
 #include <cstdint>
 
+#include "kernels/avx512/row_ops_avx512.h"
 #include "moe/dtype.h"
 
 #include "kernels/avx512/target_begin.h"
