@@ -37,8 +37,9 @@ ProbeResult probe_all_to_all(Communicator& world, int64_t bytes, int iters, int 
   const int64_t block = std::max<int64_t>(bytes / (int64_t(W) * calls), 1);
   std::vector<char> send(size_t(block * W), 1), recv(send.size());
   const A2ALayout layout = A2ALayout::uniform(W, block);
-  // One pass of `iters` timed iterations (after one that connects); busy core-ms per iteration.
-  auto pass = [&](bool polite, double& busy_core_ms) {
+  // One pass of `iters` timed iterations (after one that connects): the median
+  // ms, and the machine's busy core-ms per iteration into *busy_core_ms.
+  auto pass = [&](bool polite, double* busy_core_ms) {
     const bool was_polite = world.polite_waits();
     world.set_polite_waits(polite);
     std::vector<double> ms;
@@ -53,15 +54,15 @@ ProbeResult probe_all_to_all(Communicator& world, int64_t bytes, int iters, int 
     }
     const CpuTicks busy1 = cpu_ticks();
     world.set_polite_waits(was_polite);
-    busy_core_ms = busy0.ok && busy1.ok && iters > 0
+    *busy_core_ms = busy0.ok && busy1.ok && iters > 0
                        ? double(busy1.busy - busy0.busy) * 1000.0 / double(sysconf(_SC_CLK_TCK)) / iters
                        : -1;
     return summarize(ms).median_ms;
   };
   ProbeResult r;
-  double spin_busy = 0;
-  r.median_ms = pass(false, spin_busy);             // MPI's own (spinning) waits: the link's time
-  r.polite_median_ms = pass(true, r.busy_core_ms);  // the side engine's waits: what it costs the CPUs
+  double spinning_busy = 0;  // not reported: spinning waits keep every core busy whatever the link does
+  r.median_ms = pass(false, &spinning_busy);         // MPI's own (spinning) waits: the link's time
+  r.polite_median_ms = pass(true, &r.busy_core_ms);  // the side engine's waits: what it costs the CPUs
   r.bytes_out = block * (W - 1) * calls;
   r.mbit_per_s = r.median_ms > 0 ? double(r.bytes_out) * 8 / (r.median_ms * 1e3) : 0;
   return r;

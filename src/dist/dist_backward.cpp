@@ -73,6 +73,7 @@ LayerGrads DistLayer::backward(const DistForward& f, const Tensor& dy_in) const 
   // The expert weight gradients need only the FFN's saved rows, not the
   // returned input gradients: they run while the last chunks' returns are in
   // flight, and their reductions are queued right behind those returns.
+  const GatherMode mode = explicit_plan_ ? GatherMode::explicit_plan : GatherMode::boundary;
   LayerWeights needed;
   std::vector<Event> reduced;
   auto weight_grads = [&] {
@@ -91,7 +92,6 @@ LayerGrads DistLayer::backward(const DistForward& f, const Tensor& dy_in) const 
     });
     // Expert gradients go home (target fsdp_all_gather: the gathers' reduce-scatters, side
     // engine when offloaded) while the pipeline drains and the router's backward runs.
-    const GatherMode mode = explicit_plan_ ? GatherMode::explicit_plan : GatherMode::boundary;
     needed.for_each(cfg_, [&](const std::string& name, Tensor& t) {
       if (name == "router.kernel" || !reduce_moves_data(cfg_, mesh_, name)) return;
       Collective kind = mode == GatherMode::explicit_plan ? Collective::reduce_scatter : Collective::all_reduce;
@@ -105,7 +105,6 @@ LayerGrads DistLayer::backward(const DistForward& f, const Tensor& dy_in) const 
     backward_ring(ex, f, dy, g.dx, dW, cg, weight_grads);
   else
     backward_a2a(ex, f, dy, g.dx, dW, cg, weight_grads);
-  const GatherMode mode = explicit_plan_ ? GatherMode::explicit_plan : GatherMode::boundary;
   ex.compute("router_backward", [&] {
     Tensor dz = router_weights_backward(cfg_, f.router, dW);
     aux_backward(cfg_, f.router.logits, f.global, dz);
