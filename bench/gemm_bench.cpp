@@ -5,6 +5,7 @@
 // Usage: gemm_bench [reps=5] [case-name filter]
 // Each row: our median ms and GFLOP/s, the dense baseline's, and
 // fraction = dense ms / our ms (1.0 = as fast as a dense matmul).
+#include <cmath>
 #include <cstdio>
 #include <algorithm>
 #include <cstdlib>
@@ -26,6 +27,7 @@ struct FfnCase {
   const char* name;
   DType dtype;
   int64_t T, D, F, E, K;
+  bool skewed = false;  // group sizes ∝ exp(-g) (the registry's skewed case) instead of uniform routing
 };
 
 const FfnCase kCases[] = {
@@ -33,12 +35,23 @@ const FfnCase kCases[] = {
     {"many-experts bf16", DType::bf16, 2048, 1024, 512, 128, 8},
     {"gemma-like bf16", DType::bf16, 2048, 2816, 704, 128, 8},
     {"seed-mixtral f32", DType::f32, 2048, 4096, 1024, 8, 2},
+    {"skewed bf16", DType::bf16, 2048, 1024, 512, 64, 4, true},
+    {"one-group bf16", DType::bf16, 8192, 1024, 512, 1, 1},
 };
 
 // Each token picks K distinct experts uniformly (fixed seed): ragged groups around T*K/E.
 GroupLayout route(const FfnCase& c) {
   std::mt19937 rng(1234);
   std::vector<int64_t> sizes(size_t(c.E), 0);
+  if (c.skewed) {  // p(g) ∝ exp(-g), the remainder to expert 0
+    const int64_t R = c.T * c.K;
+    double z = 0;
+    for (int64_t e = 0; e < c.E; ++e) z += std::exp(-double(e));
+    int64_t used = 0;
+    for (int64_t e = 1; e < c.E; ++e) used += sizes[size_t(e)] = int64_t(double(R) * std::exp(-double(e)) / z);
+    sizes[0] = R - used;
+    return GroupLayout::from_sizes(sizes);
+  }
   std::vector<int64_t> experts(size_t(c.E));
   for (int64_t t = 0; t < c.T; ++t) {
     for (int64_t e = 0; e < c.E; ++e) experts[size_t(e)] = e;

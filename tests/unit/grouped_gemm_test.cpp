@@ -274,6 +274,52 @@ TEST(GroupedGemm, RowIndependenceIsExact) {
   check_row_independence(DType::f32, DType::f32, 40, 70);
 }
 
+// Large groups: gmm / gmm_dlhs split a group's rows over several tasks, and
+// gmm_drhs runs a large group's reduction in blocks of rows that continue the
+// previous block's f32 sums (gemm_drhs_avx512.cpp). Neither may change bits:
+// rows computed in a small call, and a group's drhs computed on the one-task
+// schedule (many small groups), must equal the large call's exactly. 1101
+// rows: several row tasks and drhs blocks, and an odd last row (a half word).
+void check_large_group(DType in, int64_t Kc, int64_t N) {
+  const int64_t big = 1101;
+  Tensor lhs = random_tensor(in, {big, Kc}, 21), dout = random_tensor(in, {big, N}, 22);
+  Tensor rhs = random_tensor(in, {1, Kc, N}, 23);
+  GroupLayout one = GroupLayout::from_sizes({big});
+  Tensor out(in, {big, N}), dl(in, {big, Kc}), dr(DType::f32, {1, Kc, N});
+  gmm(lhs, rhs, one, 0, out);
+  gmm_dlhs(dout, rhs, one, 0, dl);
+  gmm_drhs(lhs, dout, one, 0, dr);
+  for (auto [b, n] : {std::pair<int64_t, int64_t>{0, 7}, {250, 9}, {1000, 101}}) {
+    Tensor lhs2(in, {n, Kc}), dout2(in, {n, N}), out2(in, {n, N}), dl2(in, {n, Kc});
+    copy_rows(lhs, b, b + n, lhs2, 0);
+    copy_rows(dout, b, b + n, dout2, 0);
+    GroupLayout small = GroupLayout::from_sizes({n});
+    gmm(lhs2, rhs, small, 0, out2);
+    gmm_dlhs(dout2, rhs, small, 0, dl2);
+    EXPECT_TRUE(rows_bit_equal(out, b, out2, 0, n)) << "gmm rows " << b << "+" << n;
+    EXPECT_TRUE(rows_bit_equal(dl, b, dl2, 0, n)) << "gmm_dlhs rows " << b << "+" << n;
+  }
+  // The same group as group 3 of 9 (the other 8 empty): the one-task-per-group schedule.
+  std::vector<int64_t> sizes(9, 0);
+  sizes[3] = big;
+  Tensor dr9(DType::f32, {9, Kc, N});
+  gmm_drhs(lhs, dout, GroupLayout::from_sizes(sizes), 0, dr9);
+  EXPECT_TRUE(rows_bit_equal(dr, 0, dr9, 3, 1)) << "gmm_drhs blocked vs one pass";
+  // And against the reference, within the rounding bound of the file header.
+  Tensor ref(DType::f32, {1, Kc, N});
+  reference::gmm_drhs(lhs, dout, one, 0, ref);
+  std::vector<double> S(size_t(Kc * N), 0.0);
+  for (int64_t r = 0; r < big; ++r)
+    for (int64_t k = 0; k < Kc; ++k)
+      for (int64_t n = 0; n < N; ++n) S[size_t(k * N + n)] += std::fabs(double(lhs.get_f32(r * Kc + k)) * dout.get_f32(r * N + n));
+  expect_close(dr, ref, S, big, "gmm_drhs (large group)");
+}
+
+TEST(GroupedGemm, LargeGroupsSplitWithoutChangingBits) {
+  check_large_group(DType::bf16, 33, 40);
+  check_large_group(DType::f32, 33, 40);
+}
+
 TEST(GroupedGemm, EmptyGroupGradientIsZero) {
   GroupLayout g = GroupLayout::from_sizes({0, 3, 0});
   Tensor lhs = random_tensor(DType::bf16, {3, 5}, 1), dout = random_tensor(DType::bf16, {3, 7}, 2);

@@ -84,12 +84,12 @@ class Prefetcher {
 // row runs the same instruction chain whatever its position.
 template <class Step, int MR, int NV, class Out>
 void run_rows(const AView& a, int64_t r0, int64_t r1, const uint32_t* b, int64_t P, bool half_last, Out* out,
-              int64_t ldc, int64_t nc, Prefetcher* pf, bool stream = false) {
+              int64_t ldc, int64_t nc, Prefetcher* pf, bool stream = false, bool accumulate = false) {
   for (int64_t r = r0; r < r1; r += MR) {
     int mr = int(std::min<int64_t>(MR, r1 - r));
     ptrdiff_t off[MR];
     for (int i = 0; i < MR; ++i) off[i] = (r + std::min(i, mr - 1)) * a.row_bytes;
-    Tile<Step, MR, NV>::run(a.base, off, a.step_bytes, b, P, half_last, out + r * ldc, ldc, mr, nc, stream);
+    Tile<Step, MR, NV>::run(a.base, off, a.step_bytes, b, P, half_last, out + r * ldc, ldc, mr, nc, stream, accumulate);
     if (pf) pf->advance();
   }
 }

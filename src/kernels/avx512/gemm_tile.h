@@ -80,12 +80,26 @@ struct Tile {
   // MR*NV FMAs (6x4: 10 loads per 24 dp, ~12 cycles at 2 dp/cycle).
   template <class Out>
   static void run(const std::byte* a, const ptrdiff_t* row_off, ptrdiff_t a_step, const uint32_t* b, int64_t P,
-                  bool half_last, Out* out, int64_t ldc, int mr, int64_t nc, bool stream = false) {
+                  bool half_last, Out* out, int64_t ldc, int mr, int64_t nc, bool stream = false,
+                  bool accumulate = false) {
     ptrdiff_t off[MR];
     MOE_UNROLL for (int i = 0; i < MR; ++i) off[i] = row_off[i];
     Acc acc;
     MOE_UNROLL for (int i = 0; i < MR; ++i)
       MOE_UNROLL for (int v = 0; v < NV; ++v) acc[i][v] = _mm512_setzero_ps();
+    if constexpr (sizeof(Out) == 4) {
+      // Continue the chains of an earlier call over the preceding words (f32
+      // out): the f32 partial sums reload exactly, so blocking the reduction
+      // this way gives the same bits as one call over all the words.
+      if (accumulate)
+        MOE_UNROLL for (int i = 0; i < MR; ++i)
+          MOE_UNROLL for (int v = 0; v < NV; ++v) {
+            int64_t left = nc - 16 * v;
+            if (i >= mr || left <= 0) continue;
+            acc[i][v] = _mm512_maskz_loadu_ps(left >= 16 ? __mmask16(0xffff) : __mmask16((1u << left) - 1),
+                                              out + i * ldc + 16 * v);
+          }
+    }
     int64_t full = half_last ? P - 1 : P;
     for (int64_t p = 0; p < full; ++p) step(acc, a + p * a_step, off, b + p * 16 * NV);
     if (half_last) step_half(acc, a + full * a_step, off, b + full * 16 * NV);

@@ -13,6 +13,7 @@
 #include <memory>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "kernels/grouped_gemm_internal.h"
 #include "moe/thread_pool.h"
@@ -44,37 +45,57 @@ namespace {
 // weights of many experts do not fit in cache) and the block stays in L2.
 constexpr int64_t kPackBytes = 256 << 10;
 
+// Rows per task (a multiple of both tile heights): large groups are split
+// into several tasks, so a skewed call (one expert with most rows) still
+// spreads over the threads; each row block repacks its weight panels, which
+// costs little once they are reused by this many rows.
+constexpr int64_t kTaskRows = 252;
+
 // Shared shape of gmm and gmm_dlhs: out[r, c] = sum_w A[r, w] * B_g[w, c],
 // A read in place (row stride lda elements, `len` reduction elements), B_g
 // packed per (group, column panel) by w.pack(lg, c0, nc, dst); w.region(lg,
 // c0, c1) names the weight bytes that packing columns [c0, c1) reads. Tasks
-// are (local group, block of panels), group-major so both threads share a
-// group's A.
+// are (local group, block of panels, block of rows), in that order, so
+// consecutive tasks of a thread share their packed panels, and both threads
+// share a group's A. Rows are independent, so the split does not change bits.
 template <class Step, int MR, int NV, class T, class Out, class Weights>
 void row_major_gemm(const T* A, int64_t lda, int64_t len, Out* out, int64_t ldc, int64_t n_out,
                     const GroupLayout& groups, int64_t goff, int64_t n_local, const Weights& w) {
+  static_assert(kTaskRows % MR == 0, "tasks hold whole row tiles");
   constexpr int64_t NR = 16 * NV;
   int64_t panels = (n_out + NR - 1) / NR, P = words_of<T>(len);
   int64_t per_task = std::clamp<int64_t>(kPackBytes / (P * NR * 4), 1, panels);
   int64_t blocks = (panels + per_task - 1) / per_task;
   bool half = Step::kPerWord == 2 && len % 2 == 1;
   AView a{reinterpret_cast<const std::byte*>(A), ptrdiff_t(lda * sizeof(T)), 4};
-  auto rows_of = [&](int64_t lg) {
-    return std::pair{groups.offsets[size_t(goff + lg)], groups.offsets[size_t(goff + lg + 1)]};
+  struct Task {
+    int64_t lg, p0, r0, r1;
   };
-  parallel_for(n_local * blocks, 1, [&](int64_t b, int64_t e) {
+  std::vector<Task> tasks;
+  for (int64_t lg = 0; lg < n_local; ++lg) {
+    const int64_t g0 = groups.offsets[size_t(goff + lg)], g1 = groups.offsets[size_t(goff + lg + 1)];
+    for (int64_t pb = 0; pb < blocks; ++pb)
+      for (int64_t r = g0; r < g1; r += kTaskRows) tasks.push_back({lg, pb * per_task, r, std::min(g1, r + kTaskRows)});
+  }
+  parallel_for(int64_t(tasks.size()), 1, [&](int64_t b, int64_t e) {
     uint32_t* bp = scratch(size_t(per_task * P * NR));
     Prefetcher pf;
+    int64_t packed_lg = -1, packed_p0 = -1;  // the panels now in bp
     for (int64_t t = b; t < e; ++t) {
-      int64_t lg = t / blocks, p0 = t % blocks * per_task, p1 = std::min(panels, p0 + per_task);
-      auto [r0, r1] = rows_of(lg);
-      if (r0 == r1) continue;
-      for (int64_t pi = p0; pi < p1; ++pi) w.pack(lg, pi * NR, std::min(NR, n_out - pi * NR), bp + (pi - p0) * P * NR);
-      int64_t nt = t + 1 < e ? t + 1 : t, nlg = nt / blocks, np0 = nt % blocks * per_task;
-      pf.start(nt == t ? Region{} : w.region(nlg, np0 * NR, std::min(n_out, (np0 + per_task) * NR)),
-               (r1 - r0 + MR - 1) / MR * (p1 - p0));
-      for (int64_t pi = p0; pi < p1; ++pi)
-        run_rows<Step, MR, NV>(a, r0, r1, bp + (pi - p0) * P * NR, P, half, out + pi * NR, ldc,
+      const Task& k = tasks[size_t(t)];
+      const int64_t p1 = std::min(panels, k.p0 + per_task);
+      if (k.lg != packed_lg || k.p0 != packed_p0) {
+        for (int64_t pi = k.p0; pi < p1; ++pi)
+          w.pack(k.lg, pi * NR, std::min(NR, n_out - pi * NR), bp + (pi - k.p0) * P * NR);
+        packed_lg = k.lg, packed_p0 = k.p0;
+      }
+      // Prefetch the weights the next task of this range packs, if it packs any.
+      const Task* next = t + 1 < e ? &tasks[size_t(t + 1)] : nullptr;
+      const bool repack = next && (next->lg != k.lg || next->p0 != k.p0);
+      pf.start(repack ? w.region(next->lg, next->p0 * NR, std::min(n_out, (next->p0 + per_task) * NR)) : Region{},
+               (k.r1 - k.r0 + MR - 1) / MR * (p1 - k.p0));
+      for (int64_t pi = k.p0; pi < p1; ++pi)
+        run_rows<Step, MR, NV>(a, k.r0, k.r1, bp + (pi - k.p0) * P * NR, P, half, out + pi * NR, ldc,
                                std::min(NR, n_out - pi * NR), &pf);
     }
   });
