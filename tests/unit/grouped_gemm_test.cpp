@@ -278,10 +278,10 @@ TEST(GroupedGemm, RowIndependenceIsExact) {
 // gmm_drhs runs a large group's reduction in blocks of rows that continue the
 // previous block's f32 sums (gemm_drhs_avx512.cpp). Neither may change bits:
 // rows computed in a small call, and a group's drhs computed on the one-task
-// schedule (many small groups), must equal the large call's exactly. 1101
+// schedule (many small groups), must equal the large call's exactly. 4501
 // rows: several row tasks and drhs blocks, and an odd last row (a half word).
 void check_large_group(DType in, int64_t Kc, int64_t N) {
-  const int64_t big = 1101;
+  const int64_t big = 4501;
   Tensor lhs = random_tensor(in, {big, Kc}, 21), dout = random_tensor(in, {big, N}, 22);
   Tensor rhs = random_tensor(in, {1, Kc, N}, 23);
   GroupLayout one = GroupLayout::from_sizes({big});

@@ -45,11 +45,12 @@ namespace {
 // weights of many experts do not fit in cache) and the block stays in L2.
 constexpr int64_t kPackBytes = 256 << 10;
 
-// Rows per task (a multiple of both tile heights): large groups are split
-// into several tasks, so a skewed call (one expert with most rows) still
-// spreads over the threads; each row block repacks its weight panels, which
-// costs little once they are reused by this many rows.
-constexpr int64_t kTaskRows = 252;
+// A group holding more than 1/kSplit of the call's rows per thread is split
+// into row blocks (balanced, whole row tiles, at least kTaskRows rows), so a
+// skewed call (one expert with most rows) still spreads over the threads.
+// Only such groups: every row block repacks its weight panels unless the
+// same thread packed them for the previous block.
+constexpr int64_t kTaskRows = 252, kSplit = 2;
 
 // Shared shape of gmm and gmm_dlhs: out[r, c] = sum_w A[r, w] * B_g[w, c],
 // A read in place (row stride lda elements, `len` reduction elements), B_g
@@ -61,7 +62,6 @@ constexpr int64_t kTaskRows = 252;
 template <class Step, int MR, int NV, class T, class Out, class Weights>
 void row_major_gemm(const T* A, int64_t lda, int64_t len, Out* out, int64_t ldc, int64_t n_out,
                     const GroupLayout& groups, int64_t goff, int64_t n_local, const Weights& w) {
-  static_assert(kTaskRows % MR == 0, "tasks hold whole row tiles");
   constexpr int64_t NR = 16 * NV;
   int64_t panels = (n_out + NR - 1) / NR, P = words_of<T>(len);
   int64_t per_task = std::clamp<int64_t>(kPackBytes / (P * NR * 4), 1, panels);
@@ -71,11 +71,16 @@ void row_major_gemm(const T* A, int64_t lda, int64_t len, Out* out, int64_t ldc,
   struct Task {
     int64_t lg, p0, r0, r1;
   };
+  const int64_t first = groups.offsets[size_t(goff)], total = groups.offsets[size_t(goff + n_local)] - first;
+  const int64_t split_above = std::max(kTaskRows, total / (kSplit * ThreadPool::compute().size()));
   std::vector<Task> tasks;
   for (int64_t lg = 0; lg < n_local; ++lg) {
     const int64_t g0 = groups.offsets[size_t(goff + lg)], g1 = groups.offsets[size_t(goff + lg + 1)];
+    if (g0 == g1) continue;
+    const int64_t n_blocks = g1 - g0 > split_above ? (g1 - g0 + split_above - 1) / split_above : 1;
+    const int64_t step = ((g1 - g0 + n_blocks - 1) / n_blocks + MR - 1) / MR * MR;
     for (int64_t pb = 0; pb < blocks; ++pb)
-      for (int64_t r = g0; r < g1; r += kTaskRows) tasks.push_back({lg, pb * per_task, r, std::min(g1, r + kTaskRows)});
+      for (int64_t r = g0; r < g1; r += step) tasks.push_back({lg, pb * per_task, r, std::min(g1, r + step)});
   }
   parallel_for(int64_t(tasks.size()), 1, [&](int64_t b, int64_t e) {
     uint32_t* bp = scratch(size_t(per_task * P * NR));
