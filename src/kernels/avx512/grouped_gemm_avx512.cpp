@@ -50,7 +50,7 @@ constexpr int64_t kPackBytes = 256 << 10;
 // skewed call (one expert with most rows) still spreads over the threads.
 // Only such groups: every row block repacks its weight panels unless the
 // same thread packed them for the previous block.
-constexpr int64_t kTaskRows = 252, kSplit = 2;
+constexpr int64_t kTaskRows = 252, kSplit = 4;
 
 // Shared shape of gmm and gmm_dlhs: out[r, c] = sum_w A[r, w] * B_g[w, c],
 // A read in place (row stride lda elements, `len` reduction elements), B_g
