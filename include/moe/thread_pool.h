@@ -48,8 +48,11 @@ class ThreadPool {
   std::condition_variable cv_work_;
   std::condition_variable cv_done_;
   bool stop_ = false;                 // GUARDED_BY(mu_)
-  uint64_t generation_ = 0;           // GUARDED_BY(mu_)
-  int busy_ = 0;                      // GUARDED_BY(mu_)
+  // Written under mu_; also read without it by the short spins before a
+  // thread blocks (a worker waiting for the next loop, the caller for the
+  // workers), so back-to-back loops skip the sleep/wake round trip.
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<int> busy_{0};
   // Current job (valid while busy_ > 0 or the caller runs it).
   const std::function<void(int64_t, int64_t)>* fn_ = nullptr;
   int64_t n_ = 0, chunk_ = 1, n_chunks_ = 0;

@@ -1,12 +1,33 @@
 #include "moe/thread_pool.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
+#include <thread>
 
 namespace moe {
 namespace {
 thread_local bool t_in_pool_worker = false;
+
+// How long a thread polls before it blocks on a condition variable. Loops
+// of a layer step follow each other within microseconds; a blocked thread
+// costs a futex wake-up, and on a VM an idle vCPU may be descheduled, which
+// made small loops 3 to 6 times slower (docs/architecture.md, the pool).
+constexpr auto kSpin = std::chrono::microseconds(50);
+
+// Polls done() for up to kSpin; true if it became true.
+template <class Done>
+bool spin_until(Done done) {
+  const auto until = std::chrono::steady_clock::now() + kSpin;
+  for (int i = 0;; ++i) {
+    if (done()) return true;
+    if (i % 64 == 63) {
+      if (std::chrono::steady_clock::now() > until) return false;
+      std::this_thread::yield();  // an oversubscribed machine runs someone else meanwhile
+    }
+  }
 }
+}  // namespace
 
 ThreadPool::ThreadPool(int n_threads) {
   for (int i = 1; i < std::max(1, n_threads); ++i) workers_.emplace_back([this] { worker_loop(); });
@@ -50,16 +71,17 @@ void ThreadPool::worker_loop() {
   t_in_pool_worker = true;
   uint64_t seen = 0;
   for (;;) {
+    spin_until([&] { return generation_.load(std::memory_order_acquire) != seen; });  // stop_ is seen below
     {
       std::unique_lock<std::mutex> lk(mu_);
-      cv_work_.wait(lk, [&] { return stop_ || generation_ != seen; });
+      cv_work_.wait(lk, [&] { return stop_ || generation_.load(std::memory_order_relaxed) != seen; });
       if (stop_) return;
-      seen = generation_;
+      seen = generation_.load(std::memory_order_relaxed);
     }
     run_chunks();
     {
       std::lock_guard<std::mutex> lk(mu_);
-      if (--busy_ == 0) cv_done_.notify_all();
+      if (busy_.fetch_sub(1, std::memory_order_acq_rel) == 1) cv_done_.notify_all();
     }
   }
 }
@@ -82,8 +104,8 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain, const std::function<void
     n_chunks_ = (n + chunk - 1) / chunk;
     next_chunk_.store(0);
     error_ = nullptr;
-    busy_ = int(workers_.size());
-    ++generation_;
+    busy_.store(int(workers_.size()), std::memory_order_relaxed);
+    generation_.fetch_add(1, std::memory_order_release);
   }
   cv_work_.notify_all();
   bool was = t_in_pool_worker;
@@ -92,8 +114,9 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain, const std::function<void
   t_in_pool_worker = was;
   std::exception_ptr err;
   {
+    spin_until([&] { return busy_.load(std::memory_order_acquire) == 0; });
     std::unique_lock<std::mutex> lk(mu_);
-    cv_done_.wait(lk, [&] { return busy_ == 0; });
+    cv_done_.wait(lk, [&] { return busy_.load(std::memory_order_relaxed) == 0; });
     fn_ = nullptr;
     err = error_;
   }
