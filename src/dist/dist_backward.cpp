@@ -138,13 +138,13 @@ void DistLayer::backward_a2a(const StepExec& ex, const DistForward& f, const Ten
     const Chunk& ch = f.chunks[size_t(c)];
     ChunkGrad& g = cg[size_t(c)];
     ex.wait(g.sent);
-    Tensor dxl;
+    Tensor dxl, back;  // back: dxl in sender order (dense row movement: part of the traced op)
     ex.compute(at("ffn_backward", c), [&] {
       Tensor dyl = ch.ex.identity() ? g.buf : ep_sort_local(ch.ex, g.buf);
       dxl = ffn_backward_data(cfg_, f.ffn, ch.xl, ch.act, dyl, ch.ex.local_groups, g.keep);
+      if (!ch.ex.identity()) back = ep_unsort_local(ch.ex, dxl);
     });
     if (ch.ex.identity()) return void(g.buf = dxl);
-    Tensor back = ep_unsort_local(ch.ex, dxl);
     const int64_t Rc = (ch.t1 - ch.t0) * K;
     g.returned = ex.collective(OffloadTarget::ep_collectives, Collective::all_to_all, at("A2A:return_grad", c),
                                [&g, &ch, back, Rc](const Mesh& m) { g.buf = ep_send_back(m.comm({"expert"}), ch.ex, back, Rc); });

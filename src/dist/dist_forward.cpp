@@ -138,13 +138,14 @@ void DistLayer::forward_a2a(const StepExec& ex, DistForward& f, Tensor& y) const
   auto compute = [&](int64_t c) {
     Chunk& ch = f.chunks[size_t(c)];
     ex.wait(ch.sent);
+    Tensor back;  // the expert outputs back in sender order (dense row movement: part of the traced op)
     ex.compute(at("ffn", c), [&] {
       ch.xl = ch.ex.identity() ? ch.xs : ep_sort_local(ch.ex, ch.buf);
       ch.buf = Tensor();
       ch.act = ffn_forward(cfg_, f.ffn, ch.xl, ch.ex.local_groups);
+      if (!ch.ex.identity()) back = ep_unsort_local(ch.ex, ch.act.ys);
     });
     if (ch.ex.identity()) return void(ch.ys = ch.act.ys);
-    Tensor back = ep_unsort_local(ch.ex, ch.act.ys);
     const int64_t Rc = (ch.t1 - ch.t0) * K;
     ch.returned = ex.collective(OffloadTarget::ep_collectives, Collective::all_to_all, at("A2A:return", c),
                                 [&ch, back, Rc](const Mesh& m) { ch.ys = ep_send_back(m.comm({"expert"}), ch.ex, back, Rc); });
