@@ -2,7 +2,7 @@
 # Installs the Debian 12 packages the engine needs (build, tests, MPI, oneDNN).
 set -euo pipefail
 pkgs=(build-essential cmake ninja-build pkg-config libyaml-cpp-dev nlohmann-json3-dev libcli11-dev
-      libgtest-dev libdnnl-dev libopenmpi-dev openmpi-bin iproute2)
+      libgtest-dev libdnnl-dev ocl-icd-opencl-dev libopenmpi-dev openmpi-bin iproute2)
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if ((${#missing[@]})); then

@@ -29,16 +29,9 @@
 #include <vector>
 
 #include "moe/tensor.h"
+#include "route/group_layout.h"
 
 namespace moe {
-
-struct GroupLayout {
-  std::vector<int64_t> sizes;    // [G] rows per global group
-  std::vector<int64_t> offsets;  // [G+1] exclusive cumsum; offsets[G] = total rows in groups
-  static GroupLayout from_sizes(const std::vector<int64_t>& sizes);
-  int64_t num_groups() const { return int64_t(sizes.size()); }
-  int64_t total() const { return offsets.back(); }
-};
 
 // out[M, N] (rows of local groups) = lhs[M, Kc] @ rhs[g - group_offset]  rhs: [n_local, Kc, N]
 // out dtype: f32 or the lhs dtype.

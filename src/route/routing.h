@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "kernels/grouped_gemm.h"
+#include "route/group_layout.h"
 
 namespace moe {
 

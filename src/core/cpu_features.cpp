@@ -1,0 +1,97 @@
+#include "core/cpu_features.h"
+
+#include <cstring>
+#include <thread>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
+namespace moe {
+namespace {
+
+#if defined(__x86_64__) || defined(__i386__)
+// The OS saves the AVX (ymm) and AVX-512 (opmask, zmm) state: XCR0 bits 1-2 and 5-7.
+bool os_saves(unsigned mask) {
+  unsigned eax = 0, edx = 0;
+  __asm__ volatile("xgetbv" : "=a"(eax), "=d"(edx) : "c"(0));
+  return (eax & mask) == mask;
+}
+
+void detect_x86(CpuFeatures& f) {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid(0, &a, &b, &c, &d)) return;
+  const unsigned max_leaf = a;
+  char vendor[13] = {};
+  std::memcpy(vendor, &b, 4), std::memcpy(vendor + 4, &d, 4), std::memcpy(vendor + 8, &c, 4);
+  f.vendor = vendor;
+  __get_cpuid(1, &a, &b, &c, &d);
+  const bool osxsave = c & (1u << 27);
+  const bool ymm = osxsave && os_saves(0x6), zmm = osxsave && os_saves(0xe6);
+  f.fma = ymm && (c & (1u << 12));
+  f.f16c = ymm && (c & (1u << 29));
+  if (max_leaf >= 7) {
+    __cpuid_count(7, 0, a, b, c, d);
+    f.avx2 = ymm && (b & (1u << 5));
+    f.avx512f = zmm && (b & (1u << 16));
+    f.avx512dq = zmm && (b & (1u << 17));
+    f.avx512bw = zmm && (b & (1u << 30));
+    f.avx512vl = zmm && (b & (1u << 31));
+    const unsigned sub_leaves = a;
+    if (sub_leaves >= 1) {
+      __cpuid_count(7, 1, a, b, c, d);
+      f.avx512_bf16 = zmm && (a & (1u << 5));
+    }
+  }
+  unsigned ext = __get_cpuid_max(0x80000000u, nullptr);
+  if (ext >= 0x80000004u) {
+    char brand[49] = {};
+    for (unsigned i = 0; i < 3; ++i) {
+      __get_cpuid(0x80000002u + i, &a, &b, &c, &d);
+      std::memcpy(brand + 16 * i, &a, 4), std::memcpy(brand + 16 * i + 4, &b, 4);
+      std::memcpy(brand + 16 * i + 8, &c, 4), std::memcpy(brand + 16 * i + 12, &d, 4);
+    }
+    std::string s = brand;
+    while (!s.empty() && s.back() == ' ') s.pop_back();
+    while (!s.empty() && s.front() == ' ') s.erase(s.begin());
+    f.model = s;
+  }
+}
+#endif
+
+CpuFeatures detect() {
+  CpuFeatures f;
+#if defined(__x86_64__)
+  f.arch = "x86_64";
+#elif defined(__aarch64__)
+  f.arch = "aarch64";
+#elif defined(__i386__)
+  f.arch = "i386";
+#else
+  f.arch = "unknown";
+#endif
+#if defined(__x86_64__) || defined(__i386__)
+  detect_x86(f);
+#endif
+  f.logical_cpus = int(std::thread::hardware_concurrency());
+  return f;
+}
+
+}  // namespace
+
+std::vector<std::string> CpuFeatures::names() const {
+  std::vector<std::string> out;
+  const std::pair<bool, const char*> all[] = {{avx2, "avx2"},         {fma, "fma"},           {f16c, "f16c"},
+                                              {avx512f, "avx512f"},   {avx512bw, "avx512bw"}, {avx512vl, "avx512vl"},
+                                              {avx512dq, "avx512dq"}, {avx512_bf16, "avx512_bf16"}};
+  for (auto [on, name] : all)
+    if (on) out.emplace_back(name);
+  return out;
+}
+
+const CpuFeatures& cpu_features() {
+  static const CpuFeatures f = detect();
+  return f;
+}
+
+}  // namespace moe
