@@ -1,7 +1,7 @@
 #include "moe/tensor.h"
 
 #include "core/block_cache.h"
-#include "core/target_clones.h"
+#include "kernels/dispatch.h"
 #include "moe/thread_pool.h"
 
 #include <atomic>
@@ -102,35 +102,22 @@ float Tensor::get_f32(int64_t i) const {
 }
 
 namespace {
-// Branch-free round-to-nearest-even f32 -> bf16 (same bits as to_bf16), so
-// the loop vectorizes; target_clones builds an AVX-512 copy picked at run
-// time (the weights of every step go through here).
-MOE_TARGET_CLONES void f32_to_bf16_rows(const uint32_t* s, uint16_t* d,
-                                                                                      int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    uint32_t u = s[i];
-    uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-    uint32_t quiet_nan = (u >> 16) | 0x40u;
-    d[i] = uint16_t((u & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded);
-  }
-}
-
 // f32 <-> bf16, the conversions of every step (weights to the compute dtype):
-// typed loops, split over the compute pool.
+// the active kernel level's row casts (kernels/dispatch.h), split over the compute pool.
 bool convert_fast(const Tensor& in, Tensor& out) {
   const int64_t n = in.numel();
   if (in.dtype() == DType::f32 && out.dtype() == DType::bf16) {
-    const auto* s = static_cast<const uint32_t*>(in.raw());
-    auto* d = static_cast<uint16_t*>(out.raw());
-    parallel_for(n, 1 << 16, [&](int64_t b, int64_t e) { f32_to_bf16_rows(s + b, d + b, e - b); });
+    const float* s = in.data<float>();
+    bf16* d = out.data<bf16>();
+    const auto cast = kernels::table().f32_to_bf16;
+    parallel_for(n, 1 << 16, [&](int64_t b, int64_t e) { cast(s + b, d + b, e - b); });
     return true;
   }
   if (in.dtype() == DType::bf16 && out.dtype() == DType::f32) {
     const bf16* s = in.data<bf16>();
     float* d = out.data<float>();
-    parallel_for(n, 1 << 16, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) d[i] = to_f32(s[i]);
-    });
+    const auto cast = kernels::table().bf16_to_f32;
+    parallel_for(n, 1 << 16, [&](int64_t b, int64_t e) { cast(s + b, d + b, e - b); });
     return true;
   }
   return false;

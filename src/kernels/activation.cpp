@@ -1,9 +1,10 @@
 #include "kernels/activation.h"
 
+#include <algorithm>
 #include <type_traits>
 #include <vector>
 
-#include "core/target_clones.h"
+#include "kernels/dispatch.h"
 #include "moe/thread_pool.h"
 
 namespace moe {
@@ -14,30 +15,6 @@ T* at(const RowView& v, int64_t r) {
   return const_cast<T*>(static_cast<const T*>(v.t.raw())) + r * v.ld + v.col0;
 }
 
-// The element loops on f32 rows, built for AVX-512 / AVX2 / baseline (same bits).
-MOE_TARGET_CLONES void silu_forward_f32(const float* g, const float* u, float* a, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) a[i] = silu(g[i]) * u[i];
-}
-MOE_TARGET_CLONES void gelu_forward_f32(const float* g, const float* u, float* a, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) a[i] = gelu(g[i]) * u[i];
-}
-MOE_TARGET_CLONES void silu_backward_f32(const float* g, const float* u, const float* d, float* dg, float* du,
-                                         int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    ActValueGrad v = silu_value_grad(g[i]);
-    dg[i] = d[i] * u[i] * v.grad;
-    du[i] = d[i] * v.value;
-  }
-}
-MOE_TARGET_CLONES void gelu_backward_f32(const float* g, const float* u, const float* d, float* dg, float* du,
-                                         int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    ActValueGrad v = gelu_value_grad(g[i]);
-    dg[i] = d[i] * u[i] * v.grad;
-    du[i] = d[i] * v.value;
-  }
-}
-
 // A row as f32: the row itself (f32) or a converted copy in `buf` (bf16).
 template <class T>
 const float* as_f32(const T* row, int64_t n, std::vector<float>& buf) {
@@ -45,15 +22,13 @@ const float* as_f32(const T* row, int64_t n, std::vector<float>& buf) {
     return row;
   } else {
     buf.resize(size_t(n));
-    for (int64_t i = 0; i < n; ++i) buf[size_t(i)] = load_f32(row[i]);
+    kernels::table().bf16_to_f32(row, buf.data(), n);
     return buf.data();
   }
 }
 
-template <class T>
-void store_f32(const float* src, T* dst, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) dst[i] = store_as<T>(src[i]);
-}
+void store_f32(const float* src, float* dst, int64_t n) { std::copy(src, src + n, dst); }
+void store_f32(const float* src, bf16* dst, int64_t n) { kernels::table().f32_to_bf16(src, dst, n); }
 
 template <class T>
 void forward_rows(Activation act, const RowView& h0, const RowView& h1, T* a, int64_t F, int64_t b, int64_t e) {
@@ -61,7 +36,7 @@ void forward_rows(Activation act, const RowView& h0, const RowView& h1, T* a, in
   for (int64_t r = b; r < e; ++r) {
     const float* g = as_f32(at<T>(h0, r), F, gb);
     const float* u = as_f32(at<T>(h1, r), F, ub);
-    (act == Activation::silu ? silu_forward_f32 : gelu_forward_f32)(g, u, out.data(), F);
+    kernels::table().act_forward(act, g, u, out.data(), F);
     store_f32(out.data(), a + r * F, F);
   }
 }
@@ -74,7 +49,7 @@ void backward_rows(Activation act, const RowView& h0, const RowView& h1, const T
     const float* g = as_f32(at<T>(h0, r), F, gb);
     const float* u = as_f32(at<T>(h1, r), F, ub);
     const float* d = as_f32(da + r * F, F, db);
-    (act == Activation::silu ? silu_backward_f32 : gelu_backward_f32)(g, u, d, dg.data(), du.data(), F);
+    kernels::table().act_backward(act, g, u, d, dg.data(), du.data(), F);
     store_f32(dg.data(), at<T>(dh0, r), F);
     store_f32(du.data(), at<T>(dh1, r), F);
   }

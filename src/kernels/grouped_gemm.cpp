@@ -1,9 +1,8 @@
-// Public grouped GEMM entry points: check the arguments, then dispatch once
-// on (ISA, input dtype) to the AVX-512 kernels or the reference twin (the
-// portable fallback, same contract; results may differ in rounding between
-// the two paths, each path is deterministic).
+// Public grouped GEMM entry points: check the arguments, then call the active
+// level's kernel (kernels/dispatch.h; the reference twin at level reference).
 #include "kernels/grouped_gemm.h"
 
+#include "kernels/dispatch.h"
 #include "kernels/grouped_gemm_internal.h"
 
 namespace moe {
@@ -66,19 +65,17 @@ void check_gmm_drhs(const Tensor& lhs, const Tensor& dout, const GroupLayout& gr
 
 void gmm(const Tensor& lhs, const Tensor& rhs, const GroupLayout& g, int64_t o, Tensor& out) {
   detail::check_gmm(lhs, rhs, g, o, out);
-  avx512::supports(lhs.dtype()) ? avx512::gmm(lhs, rhs, g, o, out) : reference::gmm(lhs, rhs, g, o, out);
+  kernels::table().gmm(lhs, rhs, g, o, out);
 }
 
 void gmm_dlhs(const Tensor& dout, const Tensor& rhs, const GroupLayout& g, int64_t o, Tensor& dlhs) {
   detail::check_gmm_dlhs(dout, rhs, g, o, dlhs);
-  avx512::supports(dout.dtype()) ? avx512::gmm_dlhs(dout, rhs, g, o, dlhs)
-                                 : reference::gmm_dlhs(dout, rhs, g, o, dlhs);
+  kernels::table().gmm_dlhs(dout, rhs, g, o, dlhs);
 }
 
 void gmm_drhs(const Tensor& lhs, const Tensor& dout, const GroupLayout& g, int64_t o, Tensor& drhs) {
   detail::check_gmm_drhs(lhs, dout, g, o, drhs);
-  avx512::supports(lhs.dtype()) ? avx512::gmm_drhs(lhs, dout, g, o, drhs)
-                                : reference::gmm_drhs(lhs, dout, g, o, drhs);
+  kernels::table().gmm_drhs(lhs, dout, g, o, drhs);
 }
 
 }  // namespace moe

@@ -18,11 +18,12 @@
 //    bit-exact results. drhs[g] depends only on the rows of group g (in order).
 //  - results do not depend on the thread count.
 //
-// moe::gmm / gmm_dlhs / gmm_drhs check their arguments and dispatch once to the
-// AVX-512 kernels (src/kernels/avx512/: vdpbf16ps for bf16, FMA for f32) when
-// the CPU has them, else to the reference twin (MOE_GEMM_ISA=reference forces
-// it). The two paths may differ in rounding (summation order; vdpbf16ps also
-// flushes bf16 denormals); each is deterministic.
+// moe::gmm / gmm_dlhs / gmm_drhs check their arguments and call the active
+// kernel level (include/moe/isa.h, kernels/dispatch.h): the x86 kernels of
+// src/kernels/x86/ (FMA for f32; bf16 widened to f32 at avx2 / avx512,
+// vdpbf16ps at avx512_bf16) or the reference twin. Levels may differ in
+// rounding (summation order; vdpbf16ps also flushes bf16 denormals); each is
+// deterministic and keeps every contract above.
 #pragma once
 
 #include <cstdint>

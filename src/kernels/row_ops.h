@@ -1,8 +1,7 @@
 // Row primitives shared by the reference and fused permute/combine kernels
 // (and the ring of experts), so every path adds in the same order and gives
-// the same bits (SPEC.md §4). The bf16 and f32 versions are out-of-line
-// functions built for AVX-512 and a portable baseline (target_clones, chosen
-// at load time); both clones compute the same bits: there is no fma
+// the same bits (SPEC.md §4). Each runs the active kernel level's version
+// (kernels/dispatch.h); every level computes the same bits: there is no fma
 // contraction (-ffp-contract=off) and every sum has an explicit order.
 #pragma once
 
@@ -48,8 +47,8 @@ float dot(const float* a, const float* b, int64_t D);
 
 // dst[d] = round_O(sum_k w[k] * src[k][d]): the sum in f32 from 0, k = 0..K-1
 // in order, each term a rounded product (the bits of filling an f32 row with
-// 0, axpy_f32 of each source, store_row). AVX-512 where the CPU has it (one
-// pass, the sum in registers), a portable loop elsewhere: same bits. `next`
+// 0, axpy_f32 of each source, store_row). At the x86 levels one pass with the
+// sum in registers, at reference a portable loop: same bits. `next`
 // (optional, K rows): the rows of the following call, prefetched as this one runs.
 void weighted_sum(const float* w, const bf16* const* src, int64_t K, bf16* dst, int64_t D,
                   const bf16* const* next = nullptr);

@@ -1,2 +1,0 @@
-// Closes target_begin.h.
-#pragma GCC pop_options

@@ -1,0 +1,50 @@
+// The kernel tables by level: the reference table here, the x86 levels'
+// from src/kernels/x86/ (x86-64 builds only).
+#include "kernels/dispatch.h"
+
+#include "kernels/grouped_gemm.h"
+#include "kernels/row_loops.h"
+#include "moe/error.h"
+
+namespace moe {
+#if defined(MOE_HAVE_X86_KERNELS)
+namespace x86 {
+const kernels::Table& table_avx2();
+const kernels::Table& table_avx512();
+const kernels::Table& table_avx512_bf16();
+}  // namespace x86
+#endif
+
+namespace kernels {
+namespace {
+
+const Table& reference_table() {
+  static const Table t = [] {
+    Table r = portable_table(Isa::reference);
+    r.gmm = reference::gmm;
+    r.gmm_dlhs = reference::gmm_dlhs;
+    r.gmm_drhs = reference::gmm_drhs;
+    return r;
+  }();
+  return t;
+}
+
+}  // namespace
+
+const Table& table(Isa isa) {
+  switch (isa) {
+    case Isa::reference: return reference_table();
+#if defined(MOE_HAVE_X86_KERNELS)
+    case Isa::avx2: return x86::table_avx2();
+    case Isa::avx512: return x86::table_avx512();
+    case Isa::avx512_bf16: return x86::table_avx512_bf16();
+#else
+    default: break;
+#endif
+  }
+  MOE_ASSERT(false, "no kernel table for this level in this build");
+  return reference_table();
+}
+
+}  // namespace kernels
+}  // namespace moe

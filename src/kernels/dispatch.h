@@ -1,0 +1,53 @@
+// The one kernel dispatch: a table of kernels per level (include/moe/isa.h),
+// looked up by the active level. Each x86 level's table is built from one
+// source (src/kernels/x86/gemm_impl.h, rows_impl.h and row_loops.h compiled
+// for that level); the reference table holds the reference GEMM twins and the
+// portable row loops.
+//
+// Row primitives give the same bits at every level (no fma, a fixed order of
+// additions: kernels/row_ops.h); the grouped GEMM's bits may differ between
+// levels (kernels/grouped_gemm.h), never within one.
+#pragma once
+
+#include <cstdint>
+
+#include "moe/config.h"
+#include "moe/dtype.h"
+#include "moe/isa.h"
+#include "moe/tensor.h"
+#include "route/group_layout.h"
+
+namespace moe::kernels {
+
+using GemmFn = void (*)(const Tensor&, const Tensor&, const GroupLayout&, int64_t, Tensor&);
+
+struct Table {
+  Isa isa;
+  // Grouped GEMM (arguments checked by the callers in grouped_gemm.cpp).
+  GemmFn gmm, gmm_dlhs, gmm_drhs;
+  // Row primitives (kernels/row_ops.h has their contracts).
+  void (*weighted_sum_bb)(const float*, const bf16* const*, int64_t, bf16*, int64_t, const bf16* const*);
+  void (*weighted_sum_bf)(const float*, const bf16* const*, int64_t, float*, int64_t, const bf16* const*);
+  void (*weighted_sum_ff)(const float*, const float* const*, int64_t, float*, int64_t, const float* const*);
+  void (*axpy_f32_b)(float, const bf16*, float*, int64_t);
+  void (*axpy_f32_f)(float, const float*, float*, int64_t);
+  void (*axpy_rounded_b)(float, const bf16*, bf16*, int64_t);
+  void (*scale_b)(float, const bf16*, bf16*, int64_t);
+  void (*scale_f)(float, const float*, float*, int64_t);
+  float (*dot_b)(const bf16*, const bf16*, int64_t);
+  float (*dot_f)(const float*, const float*, int64_t);
+  // Casts of contiguous rows: f32 -> bf16 (round to nearest even, as to_bf16) and back.
+  void (*f32_to_bf16)(const float*, bf16*, int64_t);
+  void (*bf16_to_f32)(const bf16*, float*, int64_t);
+  // Gated activation element loops on f32 rows (kernels/activation.h).
+  void (*act_forward)(Activation, const float* g, const float* u, float* a, int64_t n);
+  void (*act_backward)(Activation, const float* g, const float* u, const float* d, float* dg, float* du,
+                       int64_t n);
+};
+
+// The table of `isa` (REQUIRES: isa_supported(isa)).
+const Table& table(Isa isa);
+// The table of the active level.
+inline const Table& table() { return table(active_isa()); }
+
+}  // namespace moe::kernels

@@ -1,0 +1,111 @@
+// The portable element loops behind the row primitives, the casts and the
+// gated activation: plain loops with one fixed order of operations and no fma
+// (-ffp-contract=off), so they compute the same bits at any vector width.
+// Included by the reference table (kernels/dispatch.cpp) and, inside each x86
+// level's target region, by that level's table, where the compiler
+// vectorizes them for the level. Internal linkage: one copy per level.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/activation.h"
+#include "kernels/dispatch.h"
+#include "moe/dtype.h"
+
+namespace moe::kernels {
+namespace {
+
+inline float f32_of(float f) { return f; }
+inline float f32_of(bf16 b) { return to_f32(b); }
+
+template <class S>
+void loop_axpy_f32(float w, const S* src, float* acc, int64_t D) {
+  for (int64_t d = 0; d < D; ++d) acc[d] += w * f32_of(src[d]);
+}
+void loop_axpy_rounded(float w, const bf16* src, bf16* acc, int64_t D) {
+  for (int64_t d = 0; d < D; ++d) acc[d] = to_bf16(to_f32(acc[d]) + w * to_f32(src[d]));
+}
+template <class T>
+void loop_scale(float w, const T* src, T* dst, int64_t D) {
+  for (int64_t d = 0; d < D; ++d) dst[d] = store_as<T>(w * f32_of(src[d]));
+}
+// 16 lane sums (lane j takes the elements d = j mod 16, in order), the lanes
+// added 0..15, then the tail in order.
+template <class S>
+float loop_dot(const S* a, const S* b, int64_t D) {
+  float lane[16] = {};
+  int64_t d = 0;
+  for (; d + 16 <= D; d += 16)
+    for (int j = 0; j < 16; ++j) lane[j] += f32_of(a[d + j]) * f32_of(b[d + j]);
+  float s = 0.0f;
+  for (int j = 0; j < 16; ++j) s += lane[j];
+  for (; d < D; ++d) s += f32_of(a[d]) * f32_of(b[d]);
+  return s;
+}
+void loop_f32_to_bf16(const float* s, bf16* d, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) d[i] = to_bf16(s[i]);
+}
+void loop_bf16_to_f32(const bf16* s, float* d, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) d[i] = to_f32(s[i]);
+}
+// dst = round_O(sum_k w[k] * src[k]): blocks of the row through an f32 buffer.
+template <class S, class O>
+void loop_weighted_sum(const float* w, const S* const* src, int64_t K, O* dst, int64_t D, const S* const*) {
+  constexpr int64_t kBlock = 512;
+  alignas(64) float acc[kBlock];
+  for (int64_t d = 0; d < D; d += kBlock) {
+    const int64_t n = std::min(kBlock, D - d);
+    std::fill(acc, acc + n, 0.0f);
+    for (int64_t k = 0; k < K; ++k) loop_axpy_f32(w[k], src[k] + d, acc, n);
+    for (int64_t i = 0; i < n; ++i) dst[d + i] = store_as<O>(acc[i]);
+  }
+}
+void loop_act_forward(Activation act, const float* g, const float* u, float* a, int64_t n) {
+  if (act == Activation::silu) {
+    for (int64_t i = 0; i < n; ++i) a[i] = silu(g[i]) * u[i];
+  } else {
+    for (int64_t i = 0; i < n; ++i) a[i] = gelu(g[i]) * u[i];
+  }
+}
+void loop_act_backward(Activation act, const float* g, const float* u, const float* d, float* dg, float* du,
+                       int64_t n) {
+  if (act == Activation::silu) {
+    for (int64_t i = 0; i < n; ++i) {
+      const ActValueGrad v = silu_value_grad(g[i]);
+      dg[i] = d[i] * u[i] * v.grad;
+      du[i] = d[i] * v.value;
+    }
+  } else {
+    for (int64_t i = 0; i < n; ++i) {
+      const ActValueGrad v = gelu_value_grad(g[i]);
+      dg[i] = d[i] * u[i] * v.grad;
+      du[i] = d[i] * v.value;
+    }
+  }
+}
+
+// A table of the portable loops for `isa`, GEMM entries left to the caller.
+Table portable_table(Isa isa) {
+  Table t{};
+  t.isa = isa;
+  t.weighted_sum_bb = loop_weighted_sum<bf16, bf16>;
+  t.weighted_sum_bf = loop_weighted_sum<bf16, float>;
+  t.weighted_sum_ff = loop_weighted_sum<float, float>;
+  t.axpy_f32_b = loop_axpy_f32<bf16>;
+  t.axpy_f32_f = loop_axpy_f32<float>;
+  t.axpy_rounded_b = loop_axpy_rounded;
+  t.scale_b = loop_scale<bf16>;
+  t.scale_f = loop_scale<float>;
+  t.dot_b = loop_dot<bf16>;
+  t.dot_f = loop_dot<float>;
+  t.f32_to_bf16 = loop_f32_to_bf16;
+  t.bf16_to_f32 = loop_bf16_to_f32;
+  t.act_forward = loop_act_forward;
+  t.act_backward = loop_act_backward;
+  return t;
+}
+
+}  // namespace
+}  // namespace moe::kernels

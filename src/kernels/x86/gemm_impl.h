@@ -1,0 +1,620 @@
+// The grouped GEMM of every x86 level, written once over vector traits V
+// (simd_avx2.h, simd_avx512.h) and a reduction step: register tiles, operand
+// packing, tails and the task schedule. Each level's translation unit
+// (kernels_<level>.cpp) includes this inside its target region and
+// instantiates it; everything here has internal linkage, so the three copies
+// never meet at link time.
+//
+// The unit of reduction is a "word" of 32 bits of A: one f32 (F32Step), or a
+// bf16 pair (k, k+1) (WidenStep: widened to two f32 and multiplied with FMA;
+// DpStep: one vdpbf16ps, avx512_bf16 only). Every output element is ONE chain
+// of word steps in increasing word order starting from +0 (WidenStep: k then
+// k+1 inside a word), with the whole reduction length in one chain: no
+// split-K, no blocks that depend on M or the thread count. Its bits depend
+// only on its own row of A, its column of B and the length, never on the tile
+// shape, the row position or the thread (SPEC row independence), so the
+// split layout and expert parallelism stay bit-exact at every level.
+//
+// Packed B holds kB vector rows of NR = L * NV f32 (or word) columns per word:
+// F32Step one row (the weight row, copied), WidenStep two rows (rows k and
+// k+1 widened to f32, a zero row after an odd last one), DpStep one row of
+// interleaved bf16 pairs.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <type_traits>
+#include <vector>
+
+#include "kernels/grouped_gemm_internal.h"
+#include "moe/thread_pool.h"
+
+namespace moe::x86 {
+namespace {
+
+#define MOE_INLINE inline __attribute__((always_inline))
+#define MOE_UNROLL _Pragma("GCC unroll 16")
+
+enum class Pack { copy, widen, pairs };
+
+template <class V>
+struct F32Step {
+  static constexpr int kPerWord = 1, kB = 1;
+  static constexpr Pack kPack = Pack::copy;
+  struct A {
+    typename V::F a;
+  };
+  MOE_INLINE static A bcast(uint32_t w) { return {V::bcast_word(w)}; }
+  MOE_INLINE static typename V::F madd(typename V::F acc, const A& a, const typename V::F* b) {
+    return V::fma(a.a, b[0], acc);
+  }
+  MOE_INLINE static typename V::F madd_half(typename V::F acc, const A& a, const typename V::F* b) {
+    return madd(acc, a, b);
+  }
+};
+
+template <class V>
+struct WidenStep {
+  static constexpr int kPerWord = 2, kB = 2;
+  static constexpr Pack kPack = Pack::widen;
+  struct A {
+    typename V::F lo, hi;
+  };
+  MOE_INLINE static A bcast(uint32_t w) {
+    const typename V::F x = V::bcast_word(w);
+    return {V::low_bf16(x), V::high_bf16(x)};
+  }
+  MOE_INLINE static typename V::F madd(typename V::F acc, const A& a, const typename V::F* b) {
+    return V::fma(a.hi, b[1], V::fma(a.lo, b[0], acc));
+  }
+  // The last word of an odd row holds element k alone.
+  MOE_INLINE static typename V::F madd_half(typename V::F acc, const A& a, const typename V::F* b) {
+    return V::fma(a.lo, b[0], acc);
+  }
+};
+
+MOE_INLINE uint32_t load_word(const std::byte* p) {
+  uint32_t w;
+  std::memcpy(&w, p, 4);
+  return w;
+}
+MOE_INLINE uint32_t load_half_word(const std::byte* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return h;
+}
+
+// A tile of MR rows x NR = L*NV columns. A word (row i, step p) lives at
+// a + off[i] + p * a_step (bytes); B is packed [P][kB][NR]. `half_last`: the
+// last word of A holds only its low bf16 (odd reduction length); the bytes
+// past the row may be another row or unmapped memory, so they are never read.
+// The accumulators are locals of fully unrolled loops, so they live in registers.
+template <class V, class Step, int MR, int NV>
+struct Tile {
+  using F = typename V::F;
+  static constexpr int L = V::L, NR = L * NV, kB = Step::kB;
+  using Acc = F[MR][NV];
+
+  template <bool kHalf>
+  MOE_INLINE static void step(Acc& acc, const std::byte* ap, const ptrdiff_t* off, const float* bp) {
+    F bv[NV][kB];
+    MOE_UNROLL for (int v = 0; v < NV; ++v)
+      MOE_UNROLL for (int b = 0; b < kB; ++b) bv[v][b] = V::load(bp + (b * NV + v) * L);
+    MOE_UNROLL for (int i = 0; i < MR; ++i) {
+      const typename Step::A a = Step::bcast(kHalf ? load_half_word(ap + off[i]) : load_word(ap + off[i]));
+      MOE_UNROLL for (int v = 0; v < NV; ++v)
+        acc[i][v] = kHalf ? Step::madd_half(acc[i][v], a, bv[v]) : Step::madd(acc[i][v], a, bv[v]);
+    }
+  }
+
+  // out[i, c] = sum over the words of A[i] * B[c], rows [0, mr), columns
+  // [0, nc) (row stride ldc). `accumulate` (f32 out): continue the chains of
+  // an earlier call over the preceding words: the f32 partial sums reload
+  // exactly, so blocking the reduction this way gives the bits of one call.
+  template <class Out>
+  static void run(const std::byte* a, const ptrdiff_t* row_off, ptrdiff_t a_step, const float* b, int64_t P,
+                  bool half_last, Out* out, int64_t ldc, int mr, int64_t nc, bool stream = false,
+                  bool accumulate = false) {
+    ptrdiff_t off[MR];
+    MOE_UNROLL for (int i = 0; i < MR; ++i) off[i] = row_off[i];
+    Acc acc;
+    MOE_UNROLL for (int i = 0; i < MR; ++i)
+      MOE_UNROLL for (int v = 0; v < NV; ++v) acc[i][v] = V::zero();
+    if constexpr (std::is_same_v<Out, float>) {
+      if (accumulate)
+        MOE_UNROLL for (int i = 0; i < MR; ++i)
+          MOE_UNROLL for (int v = 0; v < NV; ++v) {
+            const int64_t left = nc - L * v;
+            if (i < mr && left > 0) acc[i][v] = V::load_n(out + i * ldc + L * v, left);
+          }
+    }
+    const int64_t full = half_last ? P - 1 : P, per = int64_t(kB) * NR;
+    for (int64_t p = 0; p < full; ++p) step<false>(acc, a + p * a_step, off, b + p * per);
+    if (half_last) step<true>(acc, a + full * a_step, off, b + full * per);
+    store(acc, out, ldc, mr, nc, stream);
+  }
+
+  template <class Out>
+  MOE_INLINE static void store(const Acc& acc, Out* out, int64_t ldc, int mr, int64_t nc, bool stream) {
+    if constexpr (std::is_same_v<Out, float>) {
+      // Non-temporal stores (no read for ownership) for outputs written once and not read
+      // soon, such as large weight gradients: full tiles on aligned rows only.
+      if (stream && mr == MR && nc == NR &&
+          ((uintptr_t(out) | uintptr_t(ldc * 4)) & uintptr_t(V::kStreamAlign - 1)) == 0) {
+        MOE_UNROLL for (int i = 0; i < MR; ++i)
+          MOE_UNROLL for (int v = 0; v < NV; ++v) V::stream(out + i * ldc + L * v, acc[i][v]);
+        return;
+      }
+    }
+    if (mr == MR && nc == NR) {
+      MOE_UNROLL for (int i = 0; i < MR; ++i)
+        MOE_UNROLL for (int v = 0; v < NV; ++v) store_vec(out + i * ldc + L * v, acc[i][v], L);
+      return;
+    }
+    MOE_UNROLL for (int i = 0; i < MR; ++i)
+      MOE_UNROLL for (int v = 0; v < NV; ++v) {
+        const int64_t left = nc - L * v;
+        if (i < mr && left > 0) store_vec(out + i * ldc + L * v, acc[i][v], left);
+      }
+  }
+
+  MOE_INLINE static void store_vec(float* p, F x, int64_t n) { V::store_n(p, x, n); }
+  MOE_INLINE static void store_vec(bf16* p, F x, int64_t n) { V::store_bf16_n(p, x, n); }
+};
+
+// ---- Packing ---------------------------------------------------------------
+// Packers write dst[q * ldd + j] for j in [0, W) (W a multiple of L; columns
+// j >= nc and rows past the input are zero).
+
+// Rows this far ahead (in output rows) are prefetched: weight panels of many
+// experts come from DRAM, and a packer waiting on one row at a time runs at
+// latency speed.
+constexpr int64_t kAhead = 8;
+
+template <class T>
+void prefetch_rows(const T* src, int64_t ld, int64_t r0, int64_t r1, int64_t c0, int64_t nc) {
+  for (int64_t r = r0; r < r1; ++r) {
+    const char* p = reinterpret_cast<const char*>(src + r * ld + c0);
+    for (int64_t off = 0; off < nc * int64_t(sizeof(T)); off += 64) _mm_prefetch(p + off, _MM_HINT_T0);
+  }
+}
+
+inline const uint16_t* u16(const bf16* p) { return reinterpret_cast<const uint16_t*>(p); }
+
+// Output rows of pack_rows for `n` input rows.
+template <Pack K>
+constexpr int64_t packed_rows(int64_t n) {
+  return K == Pack::copy ? n : K == Pack::widen ? n + n % 2 : (n + 1) / 2;
+}
+
+// Columns [c0, c0 + nc) of rows [r0, r1) of src (row stride ld):
+//  copy  (f32):  dst row q = src row r0 + q;
+//  widen (bf16): dst row q = src row r0 + q widened to f32 (a zero row after an odd count);
+//  pairs (bf16): dst row q = words (src[r0 + 2q][c], src[r0 + 2q + 1][c]) (high half zero past r1).
+template <class V, Pack K, class T>
+void pack_rows(const T* src, int64_t ld, int64_t r0, int64_t r1, int64_t c0, int64_t nc, uint32_t* dst,
+               int64_t ldd, int64_t W) {
+  using I = typename V::I;
+  constexpr int64_t per = K == Pack::pairs ? 2 : 1;
+  const int64_t rows = packed_rows<K>(r1 - r0);
+  for (int64_t q = 0; q < rows; ++q) {
+    const int64_t r = r0 + per * q;
+    prefetch_rows(src, ld, r0 + per * (q + kAhead), std::min(r1, r0 + per * (q + kAhead + 1)), c0, nc);
+    const T* a = src + r * ld + c0;
+    for (int64_t j = 0; j < W; j += V::L) {
+      const int64_t n = nc - j;
+      I w = V::zero_words();
+      if (n > 0 && r < r1) {
+        if constexpr (K == Pack::copy) {
+          w = V::words_n(a + j, n * 4);
+        } else if constexpr (K == Pack::widen) {
+          w = V::shl16(V::u16_n(u16(a + j), n));
+        } else {
+          w = V::u16_n(u16(a + j), n);
+          if (r + 1 < r1) w = V::or_(w, V::shl16(V::u16_n(u16(a + ld + j), n)));
+        }
+      }
+      V::store_words(dst + q * ldd + j, w);
+    }
+  }
+}
+
+// B^T read in place: dst row q, column j = step q of row c0 + j of src (rows of
+// `len` elements, row stride ld). copy / pairs: step q is 32-bit word q of the
+// row (an odd bf16 row's last word is half, its high half zero); widen:
+// element q widened to f32 (a zero row after an odd count). L x L transposes.
+template <class V, Pack K, class T>
+void pack_transposed(const T* src, int64_t ld, int64_t len, int64_t c0, int64_t nc, uint32_t* dst, int64_t ldd,
+                     int64_t W) {
+  using I = typename V::I;
+  constexpr int L = V::L;
+  const int64_t rows = K == Pack::widen ? packed_rows<K>(len) : (len * int64_t(sizeof(T)) + 3) / 4;
+  const int64_t row_bytes = len * int64_t(sizeof(T));
+  for (int64_t j = 0; j < W; j += L) {
+    for (int64_t q = 0; q < rows; q += L) {
+      I r[L];
+      for (int i = 0; i < L; ++i) {
+        r[i] = V::zero_words();
+        if (j + i >= nc) continue;
+        const T* row = src + (c0 + j + i) * ld;
+        if constexpr (K == Pack::widen)
+          r[i] = V::shl16(V::u16_n(u16(row) + q, len - q));
+        else
+          r[i] = V::words_n(reinterpret_cast<const std::byte*>(row) + 4 * q, row_bytes - 4 * q);
+      }
+      V::transpose(r);
+      for (int64_t c = 0; c < std::min<int64_t>(L, rows - q); ++c) V::store_words(dst + (q + c) * ldd + j, r[c]);
+    }
+  }
+}
+
+// ---- Drivers -----------------------------------------------------------------
+
+// A 64-byte aligned word buffer that only grows.
+class Words {
+ public:
+  uint32_t* get(size_t words) {
+    if (words > cap_) {
+      cap_ = (words + 15) / 16 * 16;
+      buf_.reset(static_cast<uint32_t*>(std::aligned_alloc(64, cap_ * 4)));
+      MOE_ASSERT(buf_, "grouped gemm scratch allocation failed");
+    }
+    return buf_.get();
+  }
+
+ private:
+  struct Free {
+    void operator()(uint32_t* p) const { std::free(p); }
+  };
+  std::unique_ptr<uint32_t, Free> buf_;
+  size_t cap_ = 0;
+};
+
+// The calling thread's packing buffers (two slots).
+inline uint32_t* scratch(size_t words, int slot = 0) {
+  thread_local Words buf[2];
+  return buf[slot].get(words);
+}
+
+inline int64_t round16(int64_t n) { return (n + 15) / 16 * 16; }
+
+// Words per row of a packed operand: ceil(n / elements per word).
+template <class T>
+constexpr int64_t words_of(int64_t n) {
+  return (n * int64_t(sizeof(T)) + 3) / 4;
+}
+
+// A operand of a tile: word (row r, step p) at base + r * row_bytes + p * step_bytes.
+struct AView {
+  const std::byte* base;
+  ptrdiff_t row_bytes, step_bytes;
+};
+
+// A 2D byte region of a weight matrix that a later task will pack.
+struct Region {
+  const std::byte* base = nullptr;
+  ptrdiff_t stride = 0;
+  int64_t rows = 0, bytes = 0;
+};
+
+// Prefetches a region into L2 a slice per call, so the DRAM reads of the next
+// task's weights overlap this task's tiles instead of stalling its packer.
+class Prefetcher {
+ public:
+  void start(const Region& r, int64_t calls) {
+    reg_ = r;
+    row_ = col_ = 0;
+    const int64_t lines = r.rows * ((r.bytes + 63) / 64), n = std::max<int64_t>(calls, 1);
+    per_call_ = (lines + n - 1) / n;
+  }
+  void advance() {
+    for (int64_t n = 0; n < per_call_ && row_ < reg_.rows; ++n) {
+      _mm_prefetch(reinterpret_cast<const char*>(reg_.base + row_ * reg_.stride + col_), _MM_HINT_T1);
+      col_ += 64;
+      if (col_ >= reg_.bytes) col_ = 0, ++row_;
+    }
+  }
+
+ private:
+  Region reg_;
+  int64_t row_ = 0, col_ = 0, per_call_ = 0;
+};
+
+// out rows [r0, r1) x columns [0, nc) = A rows [r0, r1) @ packed B (P words).
+// A partial last tile repeats its last row (computed, not stored), so every
+// row runs the same instruction chain whatever its position.
+template <class V, class Step, int MR, int NV, class Out>
+void run_rows(const AView& a, int64_t r0, int64_t r1, const uint32_t* b, int64_t P, bool half_last, Out* out,
+              int64_t ldc, int64_t nc, Prefetcher* pf, bool stream = false, bool accumulate = false) {
+  const float* bf = reinterpret_cast<const float*>(b);
+  for (int64_t r = r0; r < r1; r += MR) {
+    const int mr = int(std::min<int64_t>(MR, r1 - r));
+    ptrdiff_t off[MR];
+    for (int i = 0; i < MR; ++i) off[i] = (r + std::min(i, mr - 1)) * a.row_bytes;
+    Tile<V, Step, MR, NV>::run(a.base, off, a.step_bytes, bf, P, half_last, out + r * ldc, ldc, mr, nc, stream,
+                               accumulate);
+    if (pf) pf->advance();
+  }
+}
+
+// Packed weight bytes per task: several panels when the reduction is short,
+// so the packer reads long contiguous runs of each weight row (the weights of
+// many experts do not fit in cache) and the block stays in L2.
+constexpr int64_t kPackBytes = 256 << 10;
+
+// A group holding more than 1/kSplit of the call's rows per thread is split
+// into row blocks (balanced, whole row tiles, at least kTaskRows rows), so a
+// skewed call (one expert with most rows) still spreads over the threads.
+constexpr int64_t kTaskRows = 252, kSplit = 4;
+
+// Shared shape of gmm and gmm_dlhs: out[r, c] = sum_w A[r, w] * B_g[w, c],
+// A read in place (row stride lda elements, `len` reduction elements), B_g
+// packed per (group, column panel) by w.pack(lg, c0, nc, dst); w.region(lg,
+// c0, c1) names the weight bytes that packing columns [c0, c1) reads. Tasks
+// are (local group, block of panels, block of rows), in that order, so
+// consecutive tasks of a thread share their packed panels. Rows are
+// independent, so the split does not change bits.
+template <class V, class S, class T, class Out, class Weights>
+void row_major_gemm(const T* A, int64_t lda, int64_t len, Out* out, int64_t ldc, int64_t n_out,
+                    const GroupLayout& groups, int64_t goff, int64_t n_local, const Weights& w) {
+  using Step = typename S::Step;
+  constexpr int MR = S::MR, NV = S::NV;
+  constexpr int64_t NR = int64_t(V::L) * NV;
+  const int64_t panels = (n_out + NR - 1) / NR, P = words_of<T>(len), panel_words = P * Step::kB * NR;
+  const int64_t per_task = std::clamp<int64_t>(kPackBytes / (panel_words * 4), 1, panels);
+  const int64_t blocks = (panels + per_task - 1) / per_task;
+  const bool half = Step::kPerWord == 2 && len % 2 == 1;
+  const AView a{reinterpret_cast<const std::byte*>(A), ptrdiff_t(lda * sizeof(T)), 4};
+  struct Task {
+    int64_t lg, p0, r0, r1;
+  };
+  const int64_t first = groups.offsets[size_t(goff)], total = groups.offsets[size_t(goff + n_local)] - first;
+  const int64_t split_above = std::max(kTaskRows, total / (kSplit * ThreadPool::compute().size()));
+  std::vector<Task> tasks;
+  for (int64_t lg = 0; lg < n_local; ++lg) {
+    const int64_t g0 = groups.offsets[size_t(goff + lg)], g1 = groups.offsets[size_t(goff + lg + 1)];
+    if (g0 == g1) continue;
+    const int64_t n_blocks = g1 - g0 > split_above ? (g1 - g0 + split_above - 1) / split_above : 1;
+    const int64_t step = ((g1 - g0 + n_blocks - 1) / n_blocks + MR - 1) / MR * MR;
+    for (int64_t pb = 0; pb < blocks; ++pb)
+      for (int64_t r = g0; r < g1; r += step) tasks.push_back({lg, pb * per_task, r, std::min(g1, r + step)});
+  }
+  parallel_for(int64_t(tasks.size()), 1, [&](int64_t b, int64_t e) {
+    uint32_t* bp = scratch(size_t(per_task * panel_words));
+    Prefetcher pf;
+    int64_t packed_lg = -1, packed_p0 = -1;  // the panels now in bp
+    for (int64_t t = b; t < e; ++t) {
+      const Task& k = tasks[size_t(t)];
+      const int64_t p1 = std::min(panels, k.p0 + per_task);
+      if (k.lg != packed_lg || k.p0 != packed_p0) {
+        for (int64_t pi = k.p0; pi < p1; ++pi)
+          w.pack(k.lg, pi * NR, std::min(NR, n_out - pi * NR), bp + (pi - k.p0) * panel_words, NR);
+        packed_lg = k.lg, packed_p0 = k.p0;
+      }
+      // Prefetch the weights the next task of this range packs, if it packs any.
+      const Task* next = t + 1 < e ? &tasks[size_t(t + 1)] : nullptr;
+      const bool repack = next && (next->lg != k.lg || next->p0 != k.p0);
+      pf.start(repack ? w.region(next->lg, next->p0 * NR, std::min(n_out, (next->p0 + per_task) * NR)) : Region{},
+               (k.r1 - k.r0 + MR - 1) / MR * (p1 - k.p0));
+      for (int64_t pi = k.p0; pi < p1; ++pi)
+        run_rows<V, Step, MR, NV>(a, k.r0, k.r1, bp + (pi - k.p0) * panel_words, P, half, out + pi * NR, ldc,
+                                  std::min(NR, n_out - pi * NR), &pf);
+    }
+  });
+}
+
+// out[M, N] = lhs[M, Kc] @ rhs[g]  (rhs [n_local, Kc, N])
+template <class Lv, class T, class Out>
+void gmm_typed(const Tensor& lhs, const Tensor& rhs, const GroupLayout& groups, int64_t goff, Tensor& out) {
+  using V = typename Lv::V;
+  using S = typename Lv::template Shape<T>;
+  const int64_t Kc = lhs.dim(1), N = rhs.dim(2), n_local = rhs.dim(0);
+  struct {
+    const T* W;
+    int64_t Kc, N;
+    void pack(int64_t lg, int64_t c0, int64_t nc, uint32_t* dst, int64_t NR) const {
+      pack_rows<V, S::Step::kPack>(W + lg * Kc * N, N, 0, Kc, c0, nc, dst, NR, NR);
+    }
+    Region region(int64_t lg, int64_t c0, int64_t c1) const {
+      return {reinterpret_cast<const std::byte*>(W + lg * Kc * N + c0), ptrdiff_t(N * sizeof(T)), Kc,
+              int64_t((c1 - c0) * sizeof(T))};
+    }
+  } w{rhs.data<T>(), Kc, N};
+  row_major_gemm<V, S>(lhs.data<T>(), Kc, Kc, out.data<Out>(), N, N, groups, goff, n_local, w);
+}
+
+// dlhs[M, Kc] = dout[M, N] @ rhs[g]^T  (rhs [n_local, Kc, N] read transposed in place, panel by panel)
+template <class Lv, class T, class Out>
+void dlhs_typed(const Tensor& dout, const Tensor& rhs, const GroupLayout& groups, int64_t goff, Tensor& dlhs) {
+  using V = typename Lv::V;
+  using S = typename Lv::template Shape<T>;
+  const int64_t Kc = rhs.dim(1), N = rhs.dim(2), n_local = rhs.dim(0);
+  struct {
+    const T* W;
+    int64_t Kc, N;
+    void pack(int64_t lg, int64_t c0, int64_t nc, uint32_t* dst, int64_t NR) const {
+      pack_transposed<V, S::Step::kPack>(W + lg * Kc * N, N, N, c0, nc, dst, NR, NR);
+    }
+    Region region(int64_t lg, int64_t c0, int64_t c1) const {
+      return {reinterpret_cast<const std::byte*>(W + (lg * Kc + c0) * N), ptrdiff_t(N * sizeof(T)), c1 - c0,
+              int64_t(N * sizeof(T))};
+    }
+  } w{rhs.data<T>(), Kc, N};
+  row_major_gemm<V, S>(dout.data<T>(), N, N, dlhs.data<Out>(), Kc, Kc, groups, goff, n_local, w);
+}
+
+// ---- Weight gradient -----------------------------------------------------------
+// drhs[g][Kc, N] = lhs[rows g]^T @ dout[rows g]  (f32 out; zero for an empty group).
+//
+// Words run over the group's rows, counted from its first row: f32 reads
+// lhs^T in place (one row per word); bf16 packs lhs^T as row pairs [P][Kc]
+// and dout as Step::kPack rows, so each element is one chain over the group's
+// rows in order: it depends only on group g's rows, never on M, other groups
+// or threads. Two schedules, same bits:
+//  - many small groups: one task per group (pack + all tiles on one thread);
+//  - few large groups: group after group, a group of many rows in blocks of at
+//    most kBlockRows rows (even counts, so the row pairs are those of the whole
+//    group), packing and tiles both parallel; a block's tiles continue the f32
+//    sums the previous block stored (Tile's `accumulate`), so the chains and
+//    their bits are those of one pass, while a block's packed operands stay in L2.
+template <class Lv, class T>
+struct DrhsGroup {
+  using V = typename Lv::V;
+  using S = typename Lv::template Shape<T>;
+  using Step = typename S::Step;
+  static constexpr int64_t NR = int64_t(V::L) * S::NV, kChunk = 256, KB = 8 * S::MR;
+  static constexpr bool kBf16 = std::is_same_v<T, bf16>;
+  const T *Lm, *D;
+  float* G;  // [Kc, N] of this group
+  int64_t Kc, N, r0, r1;
+  uint32_t *ap = nullptr, *bp = nullptr;
+  bool stream = false;      // non-temporal output stores (the whole gradient is larger than the caches)
+  bool accumulate = false;  // rows [r0, r1) continue the sums of the group's earlier rows, stored in G
+
+  int64_t P() const { return words_of<T>(r1 - r0); }
+  int64_t panel_words() const { return P() * Step::kB * NR; }
+  int64_t panels() const { return (N + NR - 1) / NR; }
+  int64_t a_jobs() const { return kBf16 ? (Kc + kChunk - 1) / kChunk : 0; }
+  int64_t pack_jobs() const { return a_jobs() + panels(); }
+  int64_t kblocks() const { return (Kc + KB - 1) / KB; }
+  int64_t tiles() const { return panels() * kblocks(); }
+  size_t a_words() const { return kBf16 ? size_t(P() * round16(Kc)) : 0; }
+  size_t b_words() const { return size_t(panels() * panel_words()); }
+
+  void pack(int64_t j0, int64_t j1) const {
+    for (int64_t j = j0; j < j1; ++j) {
+      if (j < a_jobs()) {
+        const int64_t c0 = j * kChunk, nc = std::min(kChunk, Kc - c0);
+        if constexpr (kBf16) pack_rows<V, Pack::pairs>(Lm, Kc, r0, r1, c0, nc, ap + c0, round16(Kc), round16(nc));
+      } else {
+        const int64_t pi = j - a_jobs(), c0 = pi * NR;
+        pack_rows<V, Step::kPack>(D, N, r0, r1, c0, std::min<int64_t>(NR, N - c0), bp + pi * panel_words(), NR, NR);
+      }
+    }
+  }
+
+  void run(int64_t t0, int64_t t1) const {
+    const AView a = kBf16 ? AView{reinterpret_cast<const std::byte*>(ap), 4, round16(Kc) * 4}
+                          : AView{reinterpret_cast<const std::byte*>(Lm + r0 * Kc), 4, Kc * 4};
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t pi = t / kblocks(), k0 = t % kblocks() * KB, c0 = pi * NR;
+      run_rows<V, Step, S::MR, S::NV>(a, k0, std::min(Kc, k0 + KB), bp + pi * panel_words(), P(), false, G + c0,
+                                      N, std::min<int64_t>(NR, N - c0), nullptr, stream, accumulate);
+    }
+    if (stream) _mm_sfence();  // the streamed gradient rows are visible before the task reports done
+  }
+};
+
+// Gradients at least this large are written with non-temporal stores: they
+// do not fit the caches, so a normal store's read for ownership is wasted
+// DRAM traffic (many-experts up.drhs: 512 MB of f32).
+constexpr size_t kStreamBytes = size_t(64) << 20;
+
+template <class Lv, class T>
+DrhsGroup<Lv, T> group_of(const Tensor& lhs, const Tensor& dout, const GroupLayout& groups, int64_t goff,
+                          Tensor& drhs, int64_t lg) {
+  const int64_t Kc = lhs.dim(1), N = dout.dim(1);
+  DrhsGroup<Lv, T> g{lhs.data<T>(), dout.data<T>(), drhs.data<float>() + lg * Kc * N, Kc, N,
+                     groups.offsets[size_t(goff + lg)], groups.offsets[size_t(goff + lg + 1)]};
+  g.stream = drhs.nbytes() >= kStreamBytes;
+  return g;
+}
+
+// The gradient of an empty group is zero: n floats at p, with non-temporal
+// stores for a large gradient (no read for ownership of lines never read).
+template <class V>
+void zero_gradient(float* p, int64_t n, bool stream) {
+  if (!stream) return void(std::memset(p, 0, size_t(n) * sizeof(float)));
+  int64_t i = 0;
+  for (; i < n && (reinterpret_cast<uintptr_t>(p + i) & uintptr_t(V::kStreamAlign - 1)) != 0; ++i) p[i] = 0.0f;
+  for (; i + V::L <= n; i += V::L) V::stream(p + i, V::zero());
+  for (; i < n; ++i) p[i] = 0.0f;
+  _mm_sfence();
+}
+
+// Packed bytes of a group small enough to run as one task (fits L2 with room).
+constexpr int64_t kSmallGroupBytes = 1024 << 10;
+// At most this many rows per block of a large group: each further block
+// re-reads and re-writes the group's f32 gradient, so blocks are only for
+// groups whose packed dout panel would outgrow L2.
+constexpr int64_t kBlockRows = 2048;
+
+// Equal blocks of at most kBlockRows rows, each an even number of rows but the last.
+inline int64_t block_rows(int64_t rows) {
+  const int64_t n = (rows + kBlockRows - 1) / kBlockRows;
+  const int64_t per = (rows + n - 1) / n;
+  return per + per % 2;
+}
+
+template <class Lv, class T>
+void drhs_typed(const Tensor& lhs, const Tensor& dout, const GroupLayout& groups, int64_t goff, Tensor& drhs) {
+  using V = typename Lv::V;
+  const int64_t n_local = drhs.dim(0);
+  int64_t largest = 0;
+  for (int64_t lg = 0; lg < n_local; ++lg) largest = std::max(largest, groups.sizes[size_t(goff + lg)]);
+  const int64_t small_bytes = largest * (lhs.dim(1) + dout.dim(1)) * 2;
+  if (n_local >= 4 * ThreadPool::compute().size() && small_bytes <= kSmallGroupBytes) {
+    parallel_for(n_local, 1, [&](int64_t b, int64_t e) {
+      for (int64_t lg = b; lg < e; ++lg) {
+        DrhsGroup<Lv, T> g = group_of<Lv, T>(lhs, dout, groups, goff, drhs, lg);
+        if (g.r0 == g.r1) {
+          zero_gradient<V>(g.G, g.Kc * g.N, g.stream);
+          continue;
+        }
+        g.ap = scratch(g.a_words(), 0), g.bp = scratch(g.b_words(), 1);
+        g.pack(0, g.pack_jobs());
+        g.run(0, g.tiles());
+      }
+    });
+    return;
+  }
+  // Empty groups first, all at once over the pool (skewed routing leaves most experts empty,
+  // and their zero gradients are most of the bytes written).
+  parallel_for(n_local, 1, [&](int64_t b, int64_t e) {
+    for (int64_t lg = b; lg < e; ++lg) {
+      const DrhsGroup<Lv, T> g = group_of<Lv, T>(lhs, dout, groups, goff, drhs, lg);
+      if (g.r0 == g.r1) zero_gradient<V>(g.G, g.Kc * g.N, g.stream);
+    }
+  });
+  Words apack, bpack;
+  for (int64_t lg = 0; lg < n_local; ++lg) {
+    const DrhsGroup<Lv, T> whole = group_of<Lv, T>(lhs, dout, groups, goff, drhs, lg);
+    if (whole.r0 == whole.r1) continue;
+    const int64_t step = block_rows(whole.r1 - whole.r0);
+    for (int64_t b0 = whole.r0; b0 < whole.r1; b0 += step) {
+      DrhsGroup<Lv, T> g = whole;
+      g.r0 = b0, g.r1 = std::min(whole.r1, b0 + step);
+      g.accumulate = b0 > whole.r0;
+      g.stream = whole.stream && g.r1 == whole.r1;  // only the last block's stores are final
+      g.ap = apack.get(g.a_words()), g.bp = bpack.get(g.b_words());
+      parallel_for(g.pack_jobs(), 1, [&](int64_t b, int64_t e) { g.pack(b, e); });
+      parallel_for(g.tiles(), 1, [&](int64_t b, int64_t e) { g.run(b, e); });
+    }
+  }
+}
+
+// The level's entry points (arguments already checked by kernels/grouped_gemm.cpp).
+template <class Lv>
+struct Gemm {
+  static void gmm(const Tensor& lhs, const Tensor& rhs, const GroupLayout& g, int64_t goff, Tensor& out) {
+    if (lhs.dtype() == DType::f32) return gmm_typed<Lv, float, float>(lhs, rhs, g, goff, out);
+    if (out.dtype() == DType::f32) return gmm_typed<Lv, bf16, float>(lhs, rhs, g, goff, out);
+    gmm_typed<Lv, bf16, bf16>(lhs, rhs, g, goff, out);
+  }
+  static void dlhs(const Tensor& dout, const Tensor& rhs, const GroupLayout& g, int64_t goff, Tensor& dlhs) {
+    if (dout.dtype() == DType::f32) return dlhs_typed<Lv, float, float>(dout, rhs, g, goff, dlhs);
+    if (dlhs.dtype() == DType::f32) return dlhs_typed<Lv, bf16, float>(dout, rhs, g, goff, dlhs);
+    dlhs_typed<Lv, bf16, bf16>(dout, rhs, g, goff, dlhs);
+  }
+  static void drhs(const Tensor& lhs, const Tensor& dout, const GroupLayout& g, int64_t goff, Tensor& drhs) {
+    if (lhs.dtype() == DType::f32) return drhs_typed<Lv, float>(lhs, dout, g, goff, drhs);
+    drhs_typed<Lv, bf16>(lhs, dout, g, goff, drhs);
+  }
+};
+
+}  // namespace
+}  // namespace moe::x86

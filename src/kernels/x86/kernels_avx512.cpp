@@ -1,0 +1,38 @@
+// The avx512 level (AVX-512 F/BW/VL/DQ, 16 f32 lanes, 32 registers): f32
+// tiles of 12 x 32 with FMA; bf16 widened to f32 (WidenStep) on the same tiles.
+#include "kernels/x86/kernel_headers.h"
+
+#include "kernels/x86/target_avx512.h"
+
+#include "kernels/row_loops.h"
+#include "kernels/x86/simd_avx512.h"
+#include "kernels/x86/gemm_impl.h"
+#include "kernels/x86/rows_impl.h"
+
+namespace moe::x86 {
+namespace {
+// 12 x 2 vectors: 24 accumulators of the 32 zmm registers (B panel Kc * 128
+// bytes for f32: 512 KiB at Kc = 4096, fits L2).
+struct ShapeF32 {
+  using Step = F32Step<Avx512>;
+  static constexpr int MR = 12, NV = 2;
+};
+struct ShapeWiden {
+  using Step = WidenStep<Avx512>;
+  static constexpr int MR = 12, NV = 2;
+};
+struct LevelAvx512 {
+  using V = Avx512;
+  template <class T>
+  using Shape = std::conditional_t<std::is_same_v<T, float>, ShapeF32, ShapeWiden>;
+};
+}  // namespace
+
+const kernels::Table& table_avx512() {
+  static const kernels::Table t = level_table<LevelAvx512>(Isa::avx512);
+  return t;
+}
+
+}  // namespace moe::x86
+
+#include "kernels/x86/target_end.h"

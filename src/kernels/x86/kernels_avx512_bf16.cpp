@@ -1,0 +1,57 @@
+// The avx512_bf16 level: the avx512 level with bf16 inputs multiplied by the
+// bf16 dot product vdpbf16ps (a bf16 pair per 32-bit word, DpStep) on 6 x 64
+// tiles (24 accumulators + 4 B vectors of the 32 zmm registers; B panel
+// Kc * 128 bytes: 512 KiB at Kc = 4096, fits L2). vdpbf16ps flushes bf16
+// denormal inputs and results to zero, so this level may differ from the
+// others there (within the documented bound).
+#include "kernels/x86/kernel_headers.h"
+
+#include "kernels/x86/target_avx512_bf16.h"
+
+#include "kernels/row_loops.h"
+#include "kernels/x86/simd_avx512.h"
+#include "kernels/x86/gemm_impl.h"
+#include "kernels/x86/rows_impl.h"
+
+namespace moe::x86 {
+namespace {
+
+// A word of A is a bf16 pair (k, k+1); B is packed as interleaved pairs.
+struct DpStep {
+  using F = __m512;
+  static constexpr int kPerWord = 2, kB = 1;
+  static constexpr Pack kPack = Pack::pairs;
+  struct A {
+    __m512i w;
+  };
+  MOE_INLINE static A bcast(uint32_t w) { return {_mm512_set1_epi32(int(w))}; }
+  MOE_INLINE static F madd(F acc, const A& a, const F* b) {
+    return _mm512_dpbf16_ps(acc, (__m512bh)a.w, (__m512bh)_mm512_castps_si512(b[0]));
+  }
+  // The last word of an odd row: its high half is zero, and so is B's.
+  MOE_INLINE static F madd_half(F acc, const A& a, const F* b) { return madd(acc, a, b); }
+};
+
+struct ShapeF32 {
+  using Step = F32Step<Avx512>;
+  static constexpr int MR = 12, NV = 2;
+};
+struct ShapeDp {
+  using Step = DpStep;
+  static constexpr int MR = 6, NV = 4;
+};
+struct LevelAvx512Bf16 {
+  using V = Avx512;
+  template <class T>
+  using Shape = std::conditional_t<std::is_same_v<T, float>, ShapeF32, ShapeDp>;
+};
+}  // namespace
+
+const kernels::Table& table_avx512_bf16() {
+  static const kernels::Table t = level_table<LevelAvx512Bf16>(Isa::avx512_bf16);
+  return t;
+}
+
+}  // namespace moe::x86
+
+#include "kernels/x86/target_end.h"

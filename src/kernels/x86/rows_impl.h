@@ -1,0 +1,90 @@
+// Row kernels of every x86 level over the vector traits V: the weighted row
+// sum of the combine and the permute's backward, and the f32 <-> bf16 row
+// casts. Same bits as the portable loops (kernels/row_loops.h): per element,
+// acc = 0, then acc = acc + w[k] * src[k][d] for k = 0..K-1 (a rounded
+// product, then a rounded add: no fma), then one RNE rounding to the output
+// type. The gain over the loops is that the sum stays in registers: one read
+// of each source row and one write of the output. Included inside a level's
+// target region (kernels_<level>.cpp); internal linkage.
+#pragma once
+
+#include <cstdint>
+
+#include "moe/dtype.h"
+
+namespace moe::x86 {
+namespace {
+
+template <class V>
+typename V::F load_row(const float* p, int64_t n) {
+  return n >= V::L ? V::load(p) : V::load_n(p, n);
+}
+template <class V>
+typename V::F load_row(const bf16* p, int64_t n) {
+  return n >= V::L ? V::load_bf16(p) : V::load_bf16_n(p, n);
+}
+template <class V>
+void store_row(float* p, typename V::F v, int64_t n) {
+  n >= V::L ? V::store(p, v) : V::store_n(p, v, n);
+}
+template <class V>
+void store_row(bf16* p, typename V::F v, int64_t n) {
+  n >= V::L ? V::store_bf16(p, v) : V::store_bf16_n(p, v, n);
+}
+
+// `next` (optional, K rows): the rows of the following call, prefetched as this one runs.
+template <class V, class S, class O>
+void weighted_sum(const float* w, const S* const* src, int64_t K, O* dst, int64_t D, const S* const* next) {
+  using F = typename V::F;
+  constexpr int kB = 64 / V::L;  // 64 elements per step: independent add chains
+  int64_t d = 0;
+  for (; d + 64 <= D; d += 64) {
+    F acc[kB];
+    for (int b = 0; b < kB; ++b) acc[b] = V::zero();
+    for (int64_t k = 0; k < K; ++k) {
+      const F wk = V::set1(w[k]);
+      const S* s = src[k] + d;
+      for (int b = 0; b < kB; ++b) acc[b] = V::add(acc[b], V::mul(wk, load_row<V>(s + V::L * b, V::L)));
+      if (next) {
+        const char* p = reinterpret_cast<const char*>(next[k] + d);
+        for (int64_t off = 0; off < int64_t(64 * sizeof(S)); off += 64) _mm_prefetch(p + off, _MM_HINT_T0);
+      }
+    }
+    for (int b = 0; b < kB; ++b) store_row<V>(dst + d + V::L * b, acc[b], V::L);
+  }
+  for (; d < D; d += V::L) {
+    const int64_t n = D - d;
+    F acc = V::zero();
+    for (int64_t k = 0; k < K; ++k) acc = V::add(acc, V::mul(V::set1(w[k]), load_row<V>(src[k] + d, n)));
+    store_row<V>(dst + d, acc, n);
+  }
+}
+
+template <class V>
+void cast_f32_to_bf16(const float* s, bf16* d, int64_t n) {
+  for (int64_t i = 0; i < n; i += V::L) store_row<V>(d + i, load_row<V>(s + i, n - i), n - i);
+}
+template <class V>
+void cast_bf16_to_f32(const bf16* s, float* d, int64_t n) {
+  for (int64_t i = 0; i < n; i += V::L) store_row<V>(d + i, load_row<V>(s + i, n - i), n - i);
+}
+
+// The level's table: the portable loops compiled for the level, the vector row
+// kernels and casts, and the grouped GEMM of level Lv (gemm_impl.h).
+template <class Lv>
+kernels::Table level_table(Isa isa) {
+  using V = typename Lv::V;
+  kernels::Table t = kernels::portable_table(isa);
+  t.gmm = Gemm<Lv>::gmm;
+  t.gmm_dlhs = Gemm<Lv>::dlhs;
+  t.gmm_drhs = Gemm<Lv>::drhs;
+  t.weighted_sum_bb = weighted_sum<V, bf16, bf16>;
+  t.weighted_sum_bf = weighted_sum<V, bf16, float>;
+  t.weighted_sum_ff = weighted_sum<V, float, float>;
+  t.f32_to_bf16 = cast_f32_to_bf16<V>;
+  t.bf16_to_f32 = cast_bf16_to_f32<V>;
+  return t;
+}
+
+}  // namespace
+}  // namespace moe::x86
