@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <optional>
+#include <ostream>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -44,3 +45,8 @@ class LevelTest : public ::testing::TestWithParam<P> {
 inline std::string level_param_name(const ::testing::TestParamInfo<Isa>& info) { return isa_name(info.param); }
 
 }  // namespace moe::testing
+
+namespace moe {
+// Test names and messages show a level by name.
+inline void PrintTo(Isa isa, std::ostream* os) { *os << isa_name(isa); }
+}  // namespace moe

@@ -8,6 +8,7 @@
 #include <set>
 
 #include "moe/layer.h"
+#include "testing/levels.h"
 
 namespace moe {
 namespace {
@@ -109,12 +110,13 @@ void expect_bit_equal(const Config& cfg, const StepResult& a, const StepResult& 
   });
 }
 
-class SmallCase : public ::testing::TestWithParam<std::tuple<Case, DType>> {};
+// Each small case and dtype at every kernel level: the bit-exact contracts hold within each level.
+class SmallCase : public testing::LevelTest<std::tuple<Case, DType, Isa>> {};
 
 // SPEC.md §4 and §5: fused kernels and the split layout give the same bits
 // as their baselines (reference kernels; the prefused layout).
 TEST_P(SmallCase, VariantsMatchTheirBaselinesBitExact) {
-  const auto& [c, dt] = GetParam();
+  const auto& [c, dt, level] = GetParam();
   bench::CaseInputs in = bench::case_inputs(c, 0);
   std::vector<std::pair<bench::Variant, StepResult>> done;
   for (const bench::Variant& v : bench::case_variants(c)) {
@@ -133,10 +135,11 @@ TEST_P(SmallCase, VariantsMatchTheirBaselinesBitExact) {
 
 INSTANTIATE_TEST_SUITE_P(Registry, SmallCase,
                          ::testing::Combine(::testing::ValuesIn(bench::small_cases()),
-                                            ::testing::Values(DType::bf16, DType::f32)),
+                                            ::testing::Values(DType::bf16, DType::f32),
+                                            ::testing::ValuesIn(testing::all_levels())),
                          [](const auto& info) {
-                           std::string n =
-                               std::get<0>(info.param).name + "_" + dtype_name(std::get<1>(info.param));
+                           std::string n = std::get<0>(info.param).name + "_" + dtype_name(std::get<1>(info.param)) +
+                                           "_" + isa_name(std::get<2>(info.param));
                            std::replace(n.begin(), n.end(), '-', '_');
                            return n;
                          });

@@ -1,6 +1,8 @@
-// Fast grouped GEMM (moe::gmm / gmm_dlhs / gmm_drhs, AVX-512 here) against the
-// reference twin, plus the contract: untouched rows, guard bytes, misaligned
-// views, empty groups, row independence and drhs group independence (exact).
+// Fast grouped GEMM (moe::gmm / gmm_dlhs / gmm_drhs) at every fast kernel level
+// this CPU runs (avx2, avx512, avx512_bf16; tests/testing/levels.h) against the
+// reference twin, plus the contract within each level: untouched rows, guard
+// bytes, misaligned views, empty groups, row independence and drhs group
+// independence (exact).
 //
 // Tolerance: both paths accumulate the same exact products (bf16*bf16 and
 // f32*f32 products are exact or correctly rounded in f32) in f32 but in a
@@ -16,7 +18,9 @@
 #include <cstring>
 #include <random>
 
+#include "kernels/dispatch.h"
 #include "kernels/grouped_gemm.h"
+#include "testing/levels.h"
 
 namespace moe {
 namespace {
@@ -155,6 +159,19 @@ void run_drhs(DType in, const Case& c, int64_t pad) {
   EXPECT_TRUE(fast.guards_intact()) << "gmm_drhs wrote outside its output";
 }
 
+// Every test below runs once per fast level, at that level.
+class GroupedGemm : public testing::LevelTest<Isa> {};
+INSTANTIATE_TEST_SUITE_P(Levels, GroupedGemm, ::testing::ValuesIn(testing::fast_levels()), testing::level_param_name);
+
+// The dispatched kernels are the level's own, never the reference twin compared with itself.
+TEST_P(GroupedGemm, DispatchesToTheLevelsKernels) {
+  const kernels::Table& t = kernels::table();
+  EXPECT_EQ(t.isa, GetParam());
+  EXPECT_NE(t.gmm, &reference::gmm);
+  EXPECT_NE(t.gmm_dlhs, &reference::gmm_dlhs);
+  EXPECT_NE(t.gmm_drhs, &reference::gmm_drhs);
+}
+
 const std::vector<Case>& cases() {
   static const std::vector<Case> all = {
       {{3, 17, 33}, 130, 65, 0, 3, 0},                 // odd sizes, M not a tile multiple
@@ -168,7 +185,7 @@ const std::vector<Case>& cases() {
   return all;
 }
 
-TEST(GroupedGemm, MatchesReferenceBf16) {
+TEST_P(GroupedGemm, MatchesReferenceBf16) {
   for (const Case& c : cases())
     for (int64_t pad : {0, 1, 3}) {
       SCOPED_TRACE(::testing::Message() << "Kc " << c.Kc << " N " << c.N << " pad " << pad);
@@ -178,7 +195,7 @@ TEST(GroupedGemm, MatchesReferenceBf16) {
     }
 }
 
-TEST(GroupedGemm, MatchesReferenceF32) {
+TEST_P(GroupedGemm, MatchesReferenceF32) {
   for (const Case& c : cases())
     for (int64_t pad : {0, 2}) {
       SCOPED_TRACE(::testing::Message() << "Kc " << c.Kc << " N " << c.N << " pad " << pad);
@@ -190,9 +207,9 @@ TEST(GroupedGemm, MatchesReferenceF32) {
 // With a reduction length of 1 the f32 sum is 0 + the exact product, so a bf16
 // output is exactly to_bf16(0 + a * b) (round to nearest even, infinities kept),
 // except that a product below the smallest normal f32 may be flushed to zero:
-// the AVX-512 BF16 dot product (VDPBF16PS) always flushes denormal results;
-// the portable path rounds them. Documented in docs/architecture.md.
-TEST(GroupedGemm, Bf16OutputRoundsLikeToBf16) {
+// the AVX-512 BF16 dot product (VDPBF16PS, level avx512_bf16) always flushes
+// denormal results; the other levels (FMA on widened f32) round them. Documented in docs/architecture.md.
+TEST_P(GroupedGemm, Bf16OutputRoundsLikeToBf16) {
   const float lhs_vals[] = {1e-20f, -3e-20f, 1.5e-19f, 7e-21f, 1.0f, -2.5f, 3e38f, 0.0f};
   const int64_t M = 8, N = 35;  // N: two full 16-lane blocks and a masked tail
   Tensor lhs(DType::bf16, {M, 1}), rhs(DType::bf16, {1, 1, N});
@@ -213,9 +230,9 @@ TEST(GroupedGemm, Bf16OutputRoundsLikeToBf16) {
 }
 
 // A weight gradient of 64 MiB or more is written with non-temporal stores
-// (gemm_drhs_avx512.cpp, kStreamBytes): same values, full tiles streamed,
+// (x86/gemm_impl.h, kStreamBytes): same values, full tiles streamed,
 // the partial last column panel (N = 4112: rows 64-byte aligned, 16 columns past the last full panel) stored normally.
-TEST(GroupedGemm, LargeGradientWithStreamedStores) {
+TEST_P(GroupedGemm, LargeGradientWithStreamedStores) {
   run_drhs(DType::bf16, Case{{3, 2}, 4096, 4112, 0, 2, 0}, 0);
 }
 
@@ -268,7 +285,7 @@ void check_row_independence(DType in, DType out_t, int64_t Kc, int64_t N) {
   }
 }
 
-TEST(GroupedGemm, RowIndependenceIsExact) {
+TEST_P(GroupedGemm, RowIndependenceIsExact) {
   check_row_independence(DType::bf16, DType::bf16, 67, 130);
   check_row_independence(DType::bf16, DType::f32, 33, 17);
   check_row_independence(DType::f32, DType::f32, 40, 70);
@@ -276,7 +293,7 @@ TEST(GroupedGemm, RowIndependenceIsExact) {
 
 // Large groups: gmm / gmm_dlhs split a group's rows over several tasks, and
 // gmm_drhs runs a large group's reduction in blocks of rows that continue the
-// previous block's f32 sums (gemm_drhs_avx512.cpp). Neither may change bits:
+// previous block's f32 sums (x86/gemm_impl.h). Neither may change bits:
 // rows computed in a small call, and a group's drhs computed on the one-task
 // schedule (many small groups), must equal the large call's exactly. 4501
 // rows: several row tasks and drhs blocks, and an odd last row (a half word).
@@ -315,12 +332,12 @@ void check_large_group(DType in, int64_t Kc, int64_t N) {
   expect_close(dr, ref, S, big, "gmm_drhs (large group)");
 }
 
-TEST(GroupedGemm, LargeGroupsSplitWithoutChangingBits) {
+TEST_P(GroupedGemm, LargeGroupsSplitWithoutChangingBits) {
   check_large_group(DType::bf16, 33, 40);
   check_large_group(DType::f32, 33, 40);
 }
 
-TEST(GroupedGemm, EmptyGroupGradientIsZero) {
+TEST_P(GroupedGemm, EmptyGroupGradientIsZero) {
   GroupLayout g = GroupLayout::from_sizes({0, 3, 0});
   Tensor lhs = random_tensor(DType::bf16, {3, 5}, 1), dout = random_tensor(DType::bf16, {3, 7}, 2);
   Tensor dr = random_tensor(DType::f32, {3, 5, 7}, 3);  // garbage must be overwritten

@@ -17,6 +17,7 @@
 #include "kernels/grouped_gemm.h"
 #include "kernels/permute.h"
 #include "route/routing.h"
+#include "testing/levels.h"
 #include "testing/tensors.h"
 
 namespace moe {
@@ -45,7 +46,11 @@ void expect_fd(Tensor v, const Tensor& grad, const std::function<double()>& loss
   }
 }
 
-TEST(KernelGrad, GroupedGemmDlhsDrhs) {
+// The kernels' backward passes at every kernel level.
+class KernelGrad : public testing::LevelTest<Isa> {};
+INSTANTIATE_TEST_SUITE_P(Levels, KernelGrad, ::testing::ValuesIn(testing::all_levels()), testing::level_param_name);
+
+TEST_P(KernelGrad, GroupedGemmDlhsDrhs) {
   // Groups include an empty one and rows past the last group.
   GroupLayout g = GroupLayout::from_sizes({3, 0, 4, 2});
   const int64_t M = 11, Kc = 5, N = 6;
@@ -77,7 +82,7 @@ Routing sample_routing(int64_t T, int64_t K, int64_t E, int64_t cap, uint64_t se
   return compute_routing(idx.data(), T, K, E, cap);
 }
 
-TEST(KernelGrad, PermuteBackward) {
+TEST_P(KernelGrad, PermuteBackward) {
   Routing rt = sample_routing(5, 3, 4, -1, 7);
   Tensor x = uniform({5, 4}, 4), dxs = uniform({15, 4}, 5);
   auto loss = [&] {
@@ -90,7 +95,7 @@ TEST(KernelGrad, PermuteBackward) {
   expect_fd(x, dx, loss);
 }
 
-TEST(KernelGrad, CombineBackward) {
+TEST_P(KernelGrad, CombineBackward) {
   for (int64_t cap : {int64_t(-1), int64_t(2)}) {  // with capacity some slots are dropped (rows past groups)
     Routing rt = sample_routing(6, 2, 4, cap, 9);
     Tensor ys = uniform({12, 5}, 6), w = uniform({6, 2}, 7, 0.0f, 1.0f), dy = uniform({6, 5}, 8);
@@ -110,7 +115,7 @@ TEST(KernelGrad, CombineBackward) {
 
 // The activation is not linear: h = 1e-3 gives truncation ~h^2 * |f'''| ~ 1e-6
 // and f32 cancellation ~ 2^-24 * |L| / h ~ 1e-4 for |L| ~ 10: bound 1e-3.
-TEST(KernelGrad, GatedActivation) {
+TEST_P(KernelGrad, GatedActivation) {
   for (Activation act : {Activation::silu, Activation::gelu}) {
     const int64_t R = 4, F = 3;
     Tensor h = uniform({R, 2 * F}, 10, -3.0f, 3.0f), da = uniform({R, F}, 11);

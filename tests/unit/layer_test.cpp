@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "moe/layer.h"
+#include "testing/levels.h"
 #include "testing/naive_moe.h"
 #include "testing/tensors.h"
 
@@ -45,7 +46,11 @@ const Variant kVariants[] = {
     {"f32_sum_off", [](Config& c) { c.float32_weight_sum = false; }},
 };
 
-class LayerVariant : public ::testing::TestWithParam<Variant> {};
+// Each variant at every kernel level.
+class LayerVariant : public testing::LevelTest<std::tuple<Variant, Isa>> {
+ protected:
+  const Variant& variant() const { return std::get<0>(GetParam()); }
+};
 
 std::vector<double> doubles(const Tensor& t) {
   std::vector<double> v(static_cast<size_t>(t.numel()));
@@ -55,7 +60,7 @@ std::vector<double> doubles(const Tensor& t) {
 
 TEST_P(LayerVariant, ForwardMatchesNaiveLoop) {
   Config cfg = small_config();
-  GetParam().apply(cfg);
+  variant().apply(cfg);
   const int64_t T = 7;
   LayerWeights w = init_weights(cfg, 3);
   Tensor x = testing::uniform({T, cfg.emb_dim}, 11);
@@ -82,7 +87,7 @@ TEST_P(LayerVariant, ForwardMatchesNaiveLoop) {
 // gradient entry, so the bound is 1e-4 of max(1, max |grad|).
 TEST_P(LayerVariant, GradientsMatchFiniteDifferences) {
   Config cfg = small_config();
-  GetParam().apply(cfg);
+  variant().apply(cfg);
   const int64_t T = 6, D = cfg.emb_dim;
   LayerWeights w = init_weights(cfg, 5);
   Tensor x = testing::uniform({T, D}, 21);
@@ -108,7 +113,7 @@ TEST_P(LayerVariant, GradientsMatchFiniteDifferences) {
       worst = std::max(worst, std::abs(fd - grad.get_f32(i)));
     }
     EXPECT_LE(worst, 1e-4 * std::max(1.0, gmax)) << name << " max |grad| " << gmax;
-    std::printf("  [%s] %-12s max |fd - grad| = %.3g (max |grad| %.3g)\n", GetParam().name, name, worst, gmax);
+    std::printf("  [%s] %-12s max |fd - grad| = %.3g (max |grad| %.3g)\n", variant().name, name, worst, gmax);
   };
   auto same = [](int64_t i) { return i; };
   check("x", &NaiveParams::x, g.dx, same);
@@ -130,8 +135,11 @@ TEST_P(LayerVariant, GradientsMatchFiniteDifferences) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Variants, LayerVariant, ::testing::ValuesIn(kVariants),
-                         [](const auto& info) { return std::string(info.param.name); });
+INSTANTIATE_TEST_SUITE_P(Variants, LayerVariant,
+                         ::testing::Combine(::testing::ValuesIn(kVariants), ::testing::ValuesIn(testing::all_levels())),
+                         [](const auto& info) {
+                           return std::string(std::get<0>(info.param).name) + "_" + isa_name(std::get<1>(info.param));
+                         });
 
 // Forced routing: an expert with no tokens, and every token to one expert.
 TEST(Layer, ForcedRoutingEdgeCases) {

@@ -1,7 +1,7 @@
 // The row primitives of the permute/combine kernels (src/kernels/row_ops.h)
-// against naive loops written from their contract, bit for bit. Runs on the
-// dispatched path (AVX-512 here) and again with MOE_GEMM_ISA=reference (the
-// portable loops; CTest entry row_ops_portable), so both give these bits.
+// against naive loops written from their contract, bit for bit, at every
+// kernel level this CPU runs (the reference level's portable loops included),
+// so every level gives these bits.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kernels/row_ops.h"
+#include "testing/levels.h"
 
 namespace moe {
 namespace {
@@ -85,12 +86,15 @@ void check_weighted_sum() {
   }
 }
 
-TEST(RowOps, WeightedSumBf16MatchesContract) { check_weighted_sum<bf16, bf16>(); }
-TEST(RowOps, WeightedSumBf16ToF32MatchesContract) { check_weighted_sum<bf16, float>(); }
-TEST(RowOps, WeightedSumF32MatchesContract) { check_weighted_sum<float, float>(); }
+class RowOps : public testing::LevelTest<Isa> {};
+INSTANTIATE_TEST_SUITE_P(Levels, RowOps, ::testing::ValuesIn(testing::all_levels()), testing::level_param_name);
+
+TEST_P(RowOps, WeightedSumBf16MatchesContract) { check_weighted_sum<bf16, bf16>(); }
+TEST_P(RowOps, WeightedSumBf16ToF32MatchesContract) { check_weighted_sum<bf16, float>(); }
+TEST_P(RowOps, WeightedSumF32MatchesContract) { check_weighted_sum<float, float>(); }
 
 // weighted_sum is the fill / axpy_f32 / store_row sequence in one pass.
-TEST(RowOps, WeightedSumEqualsAxpySequence) {
+TEST_P(RowOps, WeightedSumEqualsAxpySequence) {
   const int64_t D = 333, K = 4;
   std::vector<std::vector<bf16>> src;
   std::vector<const bf16*> ptrs;
