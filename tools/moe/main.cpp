@@ -6,12 +6,14 @@
 
 #include "commands.h"
 #include "moe/error.h"
+#include "moe/isa.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"moe: the routed Mixture-of-Experts layer engine (train, run, check, bench)", "moe"};
   app.require_subcommand(1);
   moe::cli::register_all(app);
   try {
+    moe::active_isa();  // an invalid MOE_GEMM_ISA is an error before any work (include/moe/isa.h)
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
