@@ -41,40 +41,34 @@ namespace {
 
 enum class Pack { copy, widen, pairs };
 
+// A reduction step supplies, for part b < kB of a word of A, the vector that
+// multiplies B's vector row b of that word (`operand`), and the multiply-add.
+// The parts of a word run in order (b = 0, 1), so each element's chain stays
+// k, k+1, k+2, ...
 template <class V>
 struct F32Step {
+  using F = typename V::F;
   static constexpr int kPerWord = 1, kB = 1;
   static constexpr Pack kPack = Pack::copy;
-  struct A {
-    typename V::F a;
-  };
-  MOE_INLINE static A bcast(uint32_t w) { return {V::bcast_word(w)}; }
-  MOE_INLINE static typename V::F madd(typename V::F acc, const A& a, const typename V::F* b) {
-    return V::fma(a.a, b[0], acc);
+  template <int b>
+  MOE_INLINE static F operand(uint32_t w) {
+    return V::bcast_word(w);
   }
-  MOE_INLINE static typename V::F madd_half(typename V::F acc, const A& a, const typename V::F* b) {
-    return madd(acc, a, b);
-  }
+  MOE_INLINE static F madd(F acc, F a, F b) { return V::fma(a, b, acc); }
 };
 
+// A bf16 pair per word, widened exactly to f32 (low half: a shift, high half:
+// a mask), then two FMAs: element k with B row k, element k+1 with row k+1.
 template <class V>
 struct WidenStep {
+  using F = typename V::F;
   static constexpr int kPerWord = 2, kB = 2;
   static constexpr Pack kPack = Pack::widen;
-  struct A {
-    typename V::F lo, hi;
-  };
-  MOE_INLINE static A bcast(uint32_t w) {
-    const typename V::F x = V::bcast_word(w);
-    return {V::low_bf16(x), V::high_bf16(x)};
+  template <int b>
+  MOE_INLINE static F operand(uint32_t w) {
+    return b == 0 ? V::low_bf16(V::bcast_word(w)) : V::high_bf16(V::bcast_word(w));
   }
-  MOE_INLINE static typename V::F madd(typename V::F acc, const A& a, const typename V::F* b) {
-    return V::fma(a.hi, b[1], V::fma(a.lo, b[0], acc));
-  }
-  // The last word of an odd row holds element k alone.
-  MOE_INLINE static typename V::F madd_half(typename V::F acc, const A& a, const typename V::F* b) {
-    return V::fma(a.lo, b[0], acc);
-  }
+  MOE_INLINE static F madd(F acc, F a, F b) { return V::fma(a, b, acc); }
 };
 
 MOE_INLINE uint32_t load_word(const std::byte* p) {
@@ -99,15 +93,30 @@ struct Tile {
   static constexpr int L = V::L, NR = L * NV, kB = Step::kB;
   using Acc = F[MR][NV];
 
+  // One word: part by part (the parts of a word are elements k, k+1 of a
+  // widened bf16 pair), B's vector row for the part, then every row of A.
+  // Part by part keeps the live registers to MR * NV accumulators + NV B
+  // vectors + one operand (AVX2: 12 + 2 + 1 of 16). `kHalf`: the word holds
+  // only its low bf16 (the last word of an odd row): only part 0 runs for a
+  // widened pair; a dot-product step runs its one part on the zero-extended half.
   template <bool kHalf>
   MOE_INLINE static void step(Acc& acc, const std::byte* ap, const ptrdiff_t* off, const float* bp) {
-    F bv[NV][kB];
-    MOE_UNROLL for (int v = 0; v < NV; ++v)
-      MOE_UNROLL for (int b = 0; b < kB; ++b) bv[v][b] = V::load(bp + (b * NV + v) * L);
+    part<0, kHalf>(acc, ap, off, bp);
+    if constexpr (kB == 2) {
+      // Reload A's words for part 1 rather than keeping MR widened operands live
+      // from part 0 (the compiler would merge the loads and spill accumulators).
+      asm volatile("" ::: "memory");
+      if (!kHalf) part<1, kHalf>(acc, ap, off, bp);
+    }
+  }
+
+  template <int b, bool kHalf>
+  MOE_INLINE static void part(Acc& acc, const std::byte* ap, const ptrdiff_t* off, const float* bp) {
+    F bv[NV];
+    MOE_UNROLL for (int v = 0; v < NV; ++v) bv[v] = V::load(bp + (b * NV + v) * L);
     MOE_UNROLL for (int i = 0; i < MR; ++i) {
-      const typename Step::A a = Step::bcast(kHalf ? load_half_word(ap + off[i]) : load_word(ap + off[i]));
-      MOE_UNROLL for (int v = 0; v < NV; ++v)
-        acc[i][v] = kHalf ? Step::madd_half(acc[i][v], a, bv[v]) : Step::madd(acc[i][v], a, bv[v]);
+      const F a = Step::template operand<b>(kHalf ? load_half_word(ap + off[i]) : load_word(ap + off[i]));
+      MOE_UNROLL for (int v = 0; v < NV; ++v) acc[i][v] = Step::madd(acc[i][v], a, bv[v]);
     }
   }
 

@@ -16,9 +16,11 @@ struct ShapeF32 {
   using Step = F32Step<Avx2>;
   static constexpr int MR = 6, NV = 2;
 };
+// Widened bf16: 5 x 2 vectors (10 accumulators + 2 B vectors + the operand and
+// the high-half mask; 6 rows spill accumulators).
 struct ShapeWiden {
   using Step = WidenStep<Avx2>;
-  static constexpr int MR = 6, NV = 2;
+  static constexpr int MR = 5, NV = 2;
 };
 struct LevelAvx2 {
   using V = Avx2;

@@ -21,15 +21,14 @@ struct DpStep {
   using F = __m512;
   static constexpr int kPerWord = 2, kB = 1;
   static constexpr Pack kPack = Pack::pairs;
-  struct A {
-    __m512i w;
-  };
-  MOE_INLINE static A bcast(uint32_t w) { return {_mm512_set1_epi32(int(w))}; }
-  MOE_INLINE static F madd(F acc, const A& a, const F* b) {
-    return _mm512_dpbf16_ps(acc, (__m512bh)a.w, (__m512bh)_mm512_castps_si512(b[0]));
+  // The last word of an odd row arrives zero-extended: its high half is zero, and so is B's.
+  template <int b>
+  MOE_INLINE static F operand(uint32_t w) {
+    return _mm512_castsi512_ps(_mm512_set1_epi32(int(w)));
   }
-  // The last word of an odd row: its high half is zero, and so is B's.
-  MOE_INLINE static F madd_half(F acc, const A& a, const F* b) { return madd(acc, a, b); }
+  MOE_INLINE static F madd(F acc, F a, F b) {
+    return _mm512_dpbf16_ps(acc, (__m512bh)_mm512_castps_si512(a), (__m512bh)_mm512_castps_si512(b));
+  }
 };
 
 struct ShapeF32 {
