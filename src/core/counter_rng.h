@@ -3,9 +3,10 @@
 // process draws it, in what order, or on the compute pool's size. A shard,
 // a token slice or a resumed step draws exactly the values of the whole.
 //
-// Users: init_weights (src/layer/weights.cpp), `moe train`'s data and layer
-// keys (src/train/). The weights files `moe init` writes are defined by this
-// code (docs/formats.md, "Random weights"): a change here changes them.
+// Users: init_weights (src/layer/weights.cpp), `moe init --inputs`
+// (tools/moe/cmd_init.cpp), `moe train`'s data and layer keys (src/train/).
+// The weights files `moe init` writes are defined by this code
+// (docs/formats.md, "Random weights"): a change here changes them.
 #pragma once
 
 #include <cmath>
