@@ -4,9 +4,11 @@
 // a token slice or a resumed step draws exactly the values of the whole.
 //
 // Users: init_weights (src/layer/weights.cpp), `moe init --inputs`
-// (tools/moe/cmd_init.cpp), `moe train`'s data and layer keys (src/train/).
-// The weights files `moe init` writes are defined by this code
-// (docs/formats.md, "Random weights"): a change here changes them.
+// (tools/moe/cmd_init.cpp), `moe train`'s data and layer keys (src/train/),
+// the case registry's inputs and forced routing (src/bench/cases.cpp: `moe
+// bench`, `moe check`, the tests). The weights files `moe init` writes are
+// defined by this code (docs/formats.md, "Random weights"): a change here
+// changes them.
 #pragma once
 
 #include <cmath>
