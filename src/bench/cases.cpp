@@ -3,7 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
-#include <random>
+
+#include "core/counter_rng.h"
 
 namespace moe::bench {
 namespace {
@@ -62,26 +63,8 @@ std::vector<Case> make_cases() {
   return v;
 }
 
-uint64_t mix(uint64_t a, uint64_t b) {
-  uint64_t x = a * 0x9e3779b97f4a7c15ull + b + 0x632be59bd9b4e019ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
-// Uniform in (0, 1), never 0.
-double open_uniform(std::mt19937_64& rng) { return (double(rng() >> 11) + 0.5) * 0x1.0p-53; }
-
-Tensor normal_tensor(Shape shape, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  Tensor t = Tensor::empty(DType::f32, std::move(shape));
-  float* p = t.data<float>();
-  for (int64_t i = 0; i < t.numel(); ++i) {
-    double u1 = open_uniform(rng), u2 = open_uniform(rng);
-    p[i] = float(std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2));
-  }
-  return t;
-}
+// The streams of a case's inputs: stream_key(case seed, --seed, purpose).
+constexpr uint64_t kXStream = 1, kDyStream = 2, kRoutingStream = 3;
 
 }  // namespace
 
@@ -148,28 +131,27 @@ Config variant_config(const Case& c, DType dtype, const Variant& v) {
 }
 
 CaseInputs case_inputs(const Case& c, uint64_t seed) {
-  uint64_t key = mix(c.seed, seed);
   CaseInputs in;
-  in.x = normal_tensor({c.T, c.D}, mix(key, 1));
-  in.dy = normal_tensor({c.T, c.D}, mix(key, 2));
-  if (c.routing == RoutingKind::forced) in.topk_idx = skewed_routing(c.T, c.K, c.E, c.skew, mix(key, 3));
+  in.x = normal_tensor({c.T, c.D}, stream_key(c.seed, seed, kXStream));
+  in.dy = normal_tensor({c.T, c.D}, stream_key(c.seed, seed, kDyStream));
+  if (c.routing == RoutingKind::forced)
+    in.topk_idx = skewed_routing(c.T, c.K, c.E, c.skew, stream_key(c.seed, seed, kRoutingStream));
   return in;
 }
 
 // [T, K] i32
-Tensor skewed_routing(int64_t T, int64_t K, int64_t E, double skew, uint64_t seed) {
+Tensor skewed_routing(int64_t T, int64_t K, int64_t E, double skew, uint64_t key) {
   MOE_ASSERT(K >= 1 && K <= E, "skewed_routing needs 1 <= K <= E");
-  std::mt19937_64 rng(seed);
   Tensor idx = Tensor::empty(DType::i32, {T, K});
-  std::vector<double> key(static_cast<size_t>(E));
+  std::vector<double> score(static_cast<size_t>(E));
   std::vector<int32_t> ids(static_cast<size_t>(E));
   for (int64_t t = 0; t < T; ++t) {
-    // log p(g) + Gumbel noise; the K largest keys are a sample without replacement from p.
+    // log p(g) + Gumbel noise; the K largest scores are a sample without replacement from p.
     for (int64_t g = 0; g < E; ++g)
-      key[size_t(g)] = -skew * double(g) - std::log(-std::log(open_uniform(rng)));
+      score[size_t(g)] = -skew * double(g) - std::log(-std::log(counter_uniform(key, uint64_t(t * E + g))));
     std::iota(ids.begin(), ids.end(), 0);
     std::partial_sort(ids.begin(), ids.begin() + K, ids.end(),
-                      [&](int32_t a, int32_t b) { return key[size_t(a)] > key[size_t(b)]; });
+                      [&](int32_t a, int32_t b) { return score[size_t(a)] > score[size_t(b)]; });
     std::copy_n(ids.begin(), K, idx.data<int32_t>() + t * K);
   }
   return idx;

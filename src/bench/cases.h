@@ -74,12 +74,14 @@ struct CaseInputs {
   Tensor topk_idx;  // [T, K] i32 for forced routing; undefined for router routing
   const Tensor* forced() const { return topk_idx.numel() > 0 ? &topk_idx : nullptr; }
 };
-// Deterministic in (case, seed): the same bytes on every run and machine.
+// Deterministic in (case, seed): the same bytes on every run, machine and
+// thread count (drawn by src/core/counter_rng.h).
 CaseInputs case_inputs(const Case& c, uint64_t seed);
 
 // [T, K] i32: K distinct experts per token with p(g) ∝ exp(-skew * g)
-// (Gumbel top-k: sampling without replacement), in the sampled order.
-Tensor skewed_routing(int64_t T, int64_t K, int64_t E, double skew, uint64_t seed);
+// (Gumbel top-k: sampling without replacement), in the sampled order. The
+// noise of (t, g) is counter_uniform(key, t * E + g) (src/core/counter_rng.h).
+Tensor skewed_routing(int64_t T, int64_t K, int64_t E, double skew, uint64_t key);
 
 // Useful FLOPs of one forward: 6·R·D·F (three [R, D]x[D, F]-sized GEMMs) +
 // 2·T·D·E (router). Forward + backward = 3x forward.

@@ -1,5 +1,6 @@
 #include <cmath>
 
+#include "core/counter_rng.h"
 #include "moe/layer.h"
 
 namespace moe {
@@ -20,26 +21,6 @@ std::vector<Slot> slots(const Config& cfg) {
   }
   s.push_back({"experts.wo", &LayerWeights::wo});
   return s;
-}
-
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
-uint64_t name_hash(const std::string& s) {
-  uint64_t h = 1469598103934665603ull;  // FNV-1a
-  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
-  return h;
-}
-
-// Standard normal for element i of stream `key` (Box-Muller on two hashed uniforms).
-float counter_normal(uint64_t key, uint64_t i) {
-  uint64_t a = splitmix64(key ^ splitmix64(2 * i)), b = splitmix64(key ^ splitmix64(2 * i + 1));
-  double u1 = (double(a >> 11) + 1.0) * 0x1.0p-53, u2 = double(b >> 11) * 0x1.0p-53;
-  return float(std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2));
 }
 
 int64_t fan_in(const std::string& name, const Config& cfg) {
@@ -76,12 +57,8 @@ LayerWeights init_weights(const Config& cfg, uint64_t seed) {
   size_t i = 0;
   w.for_each(cfg, [&](const std::string& name, Tensor& t) {
     const Shape& shape = shapes[i++].second;
-    Tensor f = Tensor::empty(DType::f32, shape);
     // The split layout is a pure reshape of [E, D, 2F], so it draws the same values.
-    uint64_t key = splitmix64(seed) ^ name_hash(name);
-    float std_dev = 1.0f / std::sqrt(float(fan_in(name, cfg)));
-    float* p = f.data<float>();
-    for (int64_t j = 0; j < f.numel(); ++j) p[j] = std_dev * counter_normal(key, uint64_t(j));
+    Tensor f = normal_tensor(shape, named_key(seed, name), 1.0f / std::sqrt(float(fan_in(name, cfg))));
     t = name == "router.kernel" ? f : f.to(cfg.weight_dtype);
   });
   return w;

@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <chrono>
 
-#include "train/counter_rng.h"
-#include "train/timer.h"
+#include "core/counter_rng.h"
 #include "train/rmsnorm.h"
+#include "train/timer.h"
 
 namespace moe::train {
 namespace {

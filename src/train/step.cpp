@@ -3,9 +3,9 @@
 #include <chrono>
 #include <cmath>
 
-#include "train/counter_rng.h"
-#include "train/timer.h"
+#include "core/counter_rng.h"
 #include "train/optimizer.h"
+#include "train/timer.h"
 
 namespace moe::train {
 namespace {
@@ -77,9 +77,8 @@ Tensor batch_inputs(const Config& cfg, int64_t step, int64_t token_begin, int64_
   MOE_ASSERT(0 <= token_begin && token_begin <= token_end, "batch_inputs: bad token range");
   const int64_t D = cfg.emb_dim;
   Tensor x = Tensor::empty(DType::f32, {token_end - token_begin, D});
-  const uint64_t key = stream_key(uint64_t(cfg.seed), kDataStream, uint64_t(step));
-  float* p = x.data<float>();
-  for (int64_t i = 0; i < x.numel(); ++i) p[i] = counter_normal(key, uint64_t(token_begin * D + i));
+  fill_normal(x, stream_key(uint64_t(cfg.seed), kDataStream, uint64_t(step)), 1.0f,
+              uint64_t(token_begin * D));
   return x;
 }
 

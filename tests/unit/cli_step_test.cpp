@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "core/counter_rng.h"
 #include "moe/config.h"
 #include "moe/layer.h"
 #include "moe/safetensors.h"
@@ -60,6 +61,9 @@ TEST_F(CliStep, WritesTheContractedOutputs) {
   auto fwd = layer_forward(cfg, w, in.at("x"), nullptr, o);
   EXPECT_TRUE(o.y.bit_equal(out.at("y")));
   EXPECT_TRUE(layer_backward(cfg, *fwd, in.at("dy")).dx.bit_equal(out.at("grad.x")));
+  // The inputs are the documented draws (docs/formats.md, "Random weights").
+  EXPECT_TRUE(in.at("x").bit_equal(normal_tensor({10, 16}, named_key(3, "x"))));
+  EXPECT_TRUE(in.at("dy").bit_equal(normal_tensor({10, 16}, named_key(3, "dy"))));
 }
 
 TEST_F(CliStep, ForcedRoutingAndForwardOnly) {

@@ -3,7 +3,7 @@
 
 #include "cli_util.h"
 #include "commands.h"
-#include "random.h"
+#include "core/counter_rng.h"
 
 namespace moe::cli {
 namespace {
@@ -22,8 +22,9 @@ void run_init(const InitArgs& a) {
               (long long)cfg.emb_dim, (long long)cfg.moe_mlp_dim, dtype_name(cfg.weight_dtype));
   if (a.inputs.empty()) return;
   if (a.tokens <= 0) fail("--tokens must be positive, got ", a.tokens);
-  Tensor x = random_normal({a.tokens, cfg.emb_dim}, a.seed + 1000, 1.0f);
-  Tensor dy = random_normal({a.tokens, cfg.emb_dim}, a.seed + 2000, 1.0f);
+  // N(0, 1), keyed like the weights: every tensor written is a pure function of seed and name.
+  Tensor x = normal_tensor({a.tokens, cfg.emb_dim}, named_key(a.seed, "x"));
+  Tensor dy = normal_tensor({a.tokens, cfg.emb_dim}, named_key(a.seed, "dy"));
   write_safetensors(a.inputs, {{"x", x}, {"dy", dy}}, {{"format", "moe-engine step inputs"}});
   std::printf("moe init: wrote %s (x and dy, T=%lld, f32)\n", a.inputs.c_str(), (long long)a.tokens);
 }
@@ -34,7 +35,7 @@ void add_init(CLI::App& app) {
   CLI::App* c = app.add_subcommand("init", "Write random layer weights for a config (and optionally random step inputs)");
   c->add_option("--config", a->config, "YAML config file")->required();
   c->add_option("--out", a->out, "Output weights file (.safetensors)")->required();
-  c->add_option("--seed", a->seed, "Random seed (weights are a pure function of seed and name)");
+  c->add_option("--seed", a->seed, "Random seed (every tensor is a pure function of seed and name)");
   c->add_option("--inputs", a->inputs, "Also write random step inputs x and dy [T, D] to this file");
   c->add_option("--tokens", a->tokens, "Tokens T for --inputs (default 64)");
   c->add_option("overrides", a->overrides, "key=value config overrides");
