@@ -459,11 +459,11 @@ void dlhs_typed(const Tensor& dout, const Tensor& rhs, const GroupLayout& groups
 // ---- Weight gradient -----------------------------------------------------------
 // drhs[g][Kc, N] = lhs[rows g]^T @ dout[rows g]  (f32 out; zero for an empty group).
 //
-// Words run over the group's rows, counted from its first row: f32 reads
-// lhs^T in place (one row per word); bf16 packs lhs^T as row pairs [P][Kc]
-// and dout as Step::kPack rows, so each element is one chain over the group's
-// rows in order: it depends only on group g's rows, never on M, other groups
-// or threads. Two schedules, same bits:
+// Words run over the group's rows, counted from its first row: lhs^T is packed
+// per block of output rows (f32: one row per word; bf16: row pairs) and dout
+// as Step::kPack rows, so each element is one chain over the group's rows in
+// order: it depends only on group g's rows, never on M, other groups or
+// threads. Two schedules, same bits:
 //  - many small groups: one task per group (pack + all tiles on one thread);
 //  - few large groups: group after group, a group of many rows in blocks of at
 //    most kBlockRows rows (even counts, so the row pairs are those of the whole
@@ -475,8 +475,10 @@ struct DrhsGroup {
   using V = typename Lv::V;
   using S = typename Lv::template Shape<T>;
   using Step = typename S::Step;
-  static constexpr int64_t NR = int64_t(V::L) * S::NV, kChunk = 256, KB = 8 * S::MR;
-  static constexpr bool kBf16 = std::is_same_v<T, bf16>;
+  static constexpr int64_t NR = int64_t(V::L) * S::NV, KB = 8 * S::MR;
+  // lhs^T is packed per block of KB output rows (lhs columns): f32 copied,
+  // bf16 as row pairs (a widening step widens its words as it reads them).
+  static constexpr Pack kAPack = std::is_same_v<T, bf16> ? Pack::pairs : Pack::copy;
   const T *Lm, *D;
   float* G;  // [Kc, N] of this group
   int64_t Kc, N, r0, r1;
@@ -487,18 +489,18 @@ struct DrhsGroup {
   int64_t P() const { return words_of<T>(r1 - r0); }
   int64_t panel_words() const { return P() * Step::kB * NR; }
   int64_t panels() const { return (N + NR - 1) / NR; }
-  int64_t a_jobs() const { return kBf16 ? (Kc + kChunk - 1) / kChunk : 0; }
-  int64_t pack_jobs() const { return a_jobs() + panels(); }
   int64_t kblocks() const { return (Kc + KB - 1) / KB; }
+  int64_t a_jobs() const { return kblocks(); }
+  int64_t pack_jobs() const { return a_jobs() + panels(); }
   int64_t tiles() const { return panels() * kblocks(); }
-  size_t a_words() const { return kBf16 ? size_t(P() * round16(Kc)) : 0; }
+  size_t a_words() const { return size_t(kblocks() * P() * KB); }
   size_t b_words() const { return size_t(panels() * panel_words()); }
 
   void pack(int64_t j0, int64_t j1) const {
     for (int64_t j = j0; j < j1; ++j) {
       if (j < a_jobs()) {
-        const int64_t c0 = j * kChunk, nc = std::min(kChunk, Kc - c0);
-        if constexpr (kBf16) pack_rows<V, Pack::pairs>(Lm, Kc, r0, r1, c0, nc, ap + c0, round16(Kc), round16(nc));
+        const int64_t c0 = j * KB;
+        pack_rows<V, kAPack>(Lm, Kc, r0, r1, c0, std::min(KB, Kc - c0), ap + j * P() * KB, KB, KB);
       } else {
         const int64_t pi = j - a_jobs(), c0 = pi * NR;
         pack_rows<V, Step::kPack>(D, N, r0, r1, c0, std::min<int64_t>(NR, N - c0), bp + pi * panel_words(), NR, NR);
@@ -506,13 +508,16 @@ struct DrhsGroup {
     }
   }
 
+  // Napkin: a tile block reads its dout panel (P * kB * NR words) and its lhs^T
+  // block (P * KB words, contiguous: the rows of a step are 4 bytes apart, the
+  // steps KB * 4 bytes) for 2 * KB * NR * (r1 - r0) flops.
   void run(int64_t t0, int64_t t1) const {
-    const AView a = kBf16 ? AView{reinterpret_cast<const std::byte*>(ap), 4, round16(Kc) * 4}
-                          : AView{reinterpret_cast<const std::byte*>(Lm + r0 * Kc), 4, Kc * 4};
     for (int64_t t = t0; t < t1; ++t) {
-      const int64_t pi = t / kblocks(), k0 = t % kblocks() * KB, c0 = pi * NR;
-      run_rows<V, Step, S::MR, S::NV>(a, k0, std::min(Kc, k0 + KB), bp + pi * panel_words(), P(), false, G + c0,
-                                      N, std::min<int64_t>(NR, N - c0), nullptr, stream, accumulate);
+      const int64_t pi = t / kblocks(), kb = t % kblocks(), k0 = kb * KB, c0 = pi * NR;
+      const AView a{reinterpret_cast<const std::byte*>(ap + kb * P() * KB), 4, KB * 4};
+      run_rows<V, Step, S::MR, S::NV>(a, 0, std::min(KB, Kc - k0), bp + pi * panel_words(), P(), false,
+                                      G + k0 * N + c0, N, std::min<int64_t>(NR, N - c0), nullptr, stream,
+                                      accumulate);
     }
     if (stream) _mm_sfence();  // the streamed gradient rows are visible before the task reports done
   }
@@ -529,7 +534,7 @@ DrhsGroup<Lv, T> group_of(const Tensor& lhs, const Tensor& dout, const GroupLayo
   const int64_t Kc = lhs.dim(1), N = dout.dim(1);
   DrhsGroup<Lv, T> g{lhs.data<T>(), dout.data<T>(), drhs.data<float>() + lg * Kc * N, Kc, N,
                      groups.offsets[size_t(goff + lg)], groups.offsets[size_t(goff + lg + 1)]};
-  g.stream = drhs.nbytes() >= kStreamBytes;
+  g.stream = Lv::V::kStreamAlign == 64 && drhs.nbytes() >= kStreamBytes;
   return g;
 }
 
