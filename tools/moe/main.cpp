@@ -10,6 +10,7 @@
 int main(int argc, char** argv) {
   CLI::App app{"moe: the routed Mixture-of-Experts layer engine (train, run, check, bench)", "moe"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", "moe " MOE_VERSION);
   moe::cli::register_all(app);
   try {
     app.parse(argc, argv);
