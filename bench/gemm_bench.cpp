@@ -3,11 +3,13 @@
 // measured in the same run on the compute pool's thread count.
 //
 // Usage: gemm_bench [reps=5] [case-name filter]
+// The dense baseline computes in the dtype our active kernel level computes in
+// (src/bench/dense_baseline.h): a bf16 case has an f32 baseline below avx512_bf16.
 // Each row: our median ms and GFLOP/s, the dense baseline's, and
 // fraction = dense ms / our ms (1.0 = as fast as a dense matmul).
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
@@ -17,6 +19,8 @@
 
 #include "bench/dense_matmul_onednn.h"
 #include "kernels/grouped_gemm.h"
+#include "moe/error.h"
+#include "moe/isa.h"
 #include "moe/thread_pool.h"
 #include "timing.h"
 
@@ -108,7 +112,10 @@ void bench_case(const FfnCase& c, int reps) {
               long(c.T), long(D), long(F), long(E), long(c.K), long(R), long(*std::min_element(g.sizes.begin(), g.sizes.end())),
               long(*std::max_element(g.sizes.begin(), g.sizes.end())), ThreadPool::compute().size(), reps);
   std::vector<DenseMatmul> dense;
-  for (const Op& op : ops) dense.emplace_back(op.m, op.k, op.n, t);
+  DenseBaseline chosen;  // the dtype rule of dense_baseline.h (f32 when our level widens bf16)
+  for (const Op& op : ops) dense.push_back(dense_matmul_for(op.m, op.k, op.n, t, chosen));
+  std::printf("  kernel level %s; dense baseline: %s (%s)\n", isa_name(active_isa()),
+              dense_baseline_name(chosen).c_str(), chosen.why.c_str());
   double fwd_flops = 0, all_flops = 0;
   for (size_t i = 0; i < ops.size(); ++i) {
     auto [ours, base] = median_ms_interleaved(reps, ops[i].run, [&] { dense[i].run(); });
@@ -137,7 +144,12 @@ int main(int argc, char** argv) {
   int reps = argc > 1 ? std::atoi(argv[1]) : 5;
   const char* filter = argc > 2 ? argv[2] : "";
   moe::bench::dense_set_threads(moe::ThreadPool::compute().size());
-  for (const auto& c : moe::bench::kCases)
-    if (std::strstr(c.name, filter)) moe::bench::bench_case(c, reps);
+  try {
+    for (const auto& c : moe::bench::kCases)
+      if (std::strstr(c.name, filter)) moe::bench::bench_case(c, reps);
+  } catch (const moe::Error& e) {  // a bad MOE_GEMM_ISA, no oneDNN matmul at all
+    std::fprintf(stderr, "gemm_bench: error: %s\n", e.what());
+    return 1;
+  }
   return 0;
 }

@@ -54,6 +54,8 @@ struct TrainSummary {
   // after the steps; fraction_of_dense = (gflops / ranks) / dense_gflops, < 0:
   // not measured ("n/a").
   double dense_gflops = 0, fraction_of_dense = -1;
+  // Which matmul that was and why ("oneDNN f32 matmul (bf16 layer at ...)"; src/bench/dense_baseline.h).
+  std::string dense_baseline;
   std::string last_checkpoint;  // "" when none was written
 };
 

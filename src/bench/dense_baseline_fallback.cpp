@@ -1,30 +1,23 @@
-// Fallback dense baseline: the matmul as a grouped GEMM with one group, so
-// the harness runs with whatever moe::gmm is built. Replaced by the oneDNN
-// baseline (same signature, its own file) when that lands.
-#include <algorithm>
-
+// Fallback dense baseline (oneDNN or OpenMP not found at build time): the
+// matmul as a grouped GEMM with one group, in the layer's own dtype at the
+// active kernel level, so it computes exactly as the layer's GEMMs do.
 #include "bench/dense_baseline.h"
-#include "bench/timing.h"
-#include "kernels/grouped_gemm.h"
+#include "moe/isa.h"
 
 namespace moe {
-namespace {
-// Small exact values (multiples of 1/16 in [-0.375, 0.375]): no denormals, no overflow.
-Tensor pattern(Shape shape, DType dtype, int64_t salt) {
-  Tensor t = Tensor::empty(DType::f32, std::move(shape));
-  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = float((i * 7 + salt) % 13 - 6) / 16.0f;
-  return t.to(dtype);
-}
-}  // namespace
 
-// out [M, N] = a [M, K] @ b[0] [K, N]
-double dense_matmul_gflops(int64_t M, int64_t K, int64_t N, DType dtype, int iters) {
-  MOE_ASSERT(M >= 1 && K >= 1 && N >= 1 && iters >= 1, "dense_matmul_gflops: sizes and iters must be >= 1");
-  Tensor a = pattern({M, K}, dtype, 1), b = pattern({1, K, N}, dtype, 2);
-  Tensor out = Tensor::empty(dtype, {M, N});
-  GroupLayout one = GroupLayout::from_sizes({M});
-  bench::Timing t = bench::time_runs(iters, [&] { gmm(a, b, one, 0, out); });
-  return 2.0 * double(M) * double(K) * double(N) / std::max(t.median_ms, 1e-6) / 1e6;
+// out [M, N] = a [M, K] @ b [K, N]
+DenseRate dense_matmul_rate(int64_t M, int64_t K, int64_t N, DType layer_dtype, int iters) {
+  DenseRate r;
+  r.baseline.impl = "grouped_gemm";
+  r.baseline.dtype = layer_dtype;
+  const std::string level = isa_name(active_isa());
+  r.baseline.why =
+      "oneDNN is not compiled in (libdnnl-dev): the layer's own grouped GEMM with one group at "
+      "kernel level " +
+      level;
+  r.gflops = grouped_gemm_dense_gflops(M, K, N, layer_dtype, iters);
+  return r;
 }
 
 }  // namespace moe

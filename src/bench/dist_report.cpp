@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/dist_bench.h"
+#include "moe/isa.h"
 
 namespace moe::bench {
 namespace {
@@ -63,6 +64,7 @@ std::string dist_results_json(const std::vector<DistResult>& results) {
     rows.push_back(std::move(j));
   }
   nlohmann::ordered_json doc;
+  doc["isa"] = isa_name(active_isa());  // the level every rank agreed on (MpiComm)
   doc["dist_results"] = std::move(rows);
   doc["skipped"] = std::move(skipped);
   return doc.dump(2) + "\n";

@@ -7,6 +7,7 @@
 #include "bench/dense_baseline.h"
 #include "bench/kernel_bandwidth.h"
 #include "bench/timing.h"
+#include "moe/isa.h"
 #include "moe/layer.h"
 #include "route/routing.h"
 
@@ -65,7 +66,7 @@ struct CaseRun {
   const Case& c;
   const BenchOptions& opts;
   CaseInputs in;
-  double dense_gflops = 0;
+  DenseRate dense{};
   KernelBandwidth bw{};
   bool bw_measured = false;
   std::map<std::string, StepOutputs> baselines{};
@@ -83,7 +84,8 @@ BenchResult make_row(const CaseRun& run, const Variant& v, bool with_bwd, const 
   Timing t = summarize(ms);
   r.median_ms = t.median_ms, r.min_ms = t.min_ms, r.max_ms = t.max_ms;
   r.gflops = r.flops / std::max(t.median_ms, 1e-6) / 1e6;
-  r.dense_gflops = run.dense_gflops;
+  r.dense_gflops = run.dense.gflops;
+  r.dense = run.dense.baseline;
   r.fraction_of_dense = r.dense_gflops > 0 ? r.gflops / r.dense_gflops : 0;
   r.peak_rss_mib = peak_rss_mib();
   r.peak_alloc_mib = double(peak_bytes) / kMiB;
@@ -140,6 +142,7 @@ std::vector<BenchResult> run_bench(const BenchOptions& opts,
   if (opts.warmup < 0) fail("--warmup must be at least 0, got ", opts.warmup);
   if (opts.dtype != DType::bf16 && opts.dtype != DType::f32)
     fail("--dtype must be bf16 or f32, got ", dtype_name(opts.dtype));
+  (void)active_isa();  // a bad MOE_GEMM_ISA fails before anything runs
   std::vector<Case> cases;
   for (const auto& name : opts.cases) cases.push_back(find_case(name));
   if (opts.cases.empty()) cases = bench_cases();
@@ -147,7 +150,7 @@ std::vector<BenchResult> run_bench(const BenchOptions& opts,
   for (const Case& c : cases) {
     CaseRun run{c, opts, case_inputs(c, opts.seed)};
     // The expert GEMMs of one forward as one dense GEMM: [R, D] x [D, 3F] (6*R*D*F FLOPs).
-    run.dense_gflops = dense_matmul_gflops(c.rows(), c.D, 3 * c.F, opts.dtype, opts.iters);
+    run.dense = dense_matmul_rate(c.rows(), c.D, 3 * c.F, opts.dtype, opts.iters);
     for (const Variant& v : case_variants(c)) run_variant(run, v, rows, on_result);
   }
   return rows;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "bench/cases.h"
+#include "bench/dense_baseline.h"
 
 namespace moe::bench {
 
@@ -35,6 +36,7 @@ struct BenchResult {
   double median_ms = 0, min_ms = 0, max_ms = 0;
   double gflops = 0;             // flops / median time
   double dense_gflops = 0;       // dense GEMM baseline, same run
+  DenseBaseline dense;           // which baseline that was (dense_baseline.h)
   double fraction_of_dense = 0;  // gflops / dense_gflops
   double peak_rss_mib = 0;       // process VmHWM after the variant ran (monotone, process-wide)
   double peak_alloc_mib = 0;     // the pass's own peak live tensor bytes (above what was live before it)
@@ -51,8 +53,12 @@ std::vector<BenchResult> run_bench(const BenchOptions& opts,
 // True when no row has check "FAIL".
 bool all_checks_passed(const std::vector<BenchResult>& results);
 
-// Report formats (report.cpp): an aligned text table (header + one line per
-// row), and the JSON of SPEC.md §7: {"results": [{...}, ...]}.
+// Report formats (report.cpp): an aligned text table (the setup line, the
+// column header, one line per row), and the JSON of SPEC.md §7 with the setup
+// beside the rows: {"isa", "isa_available", "dense_baseline", "results": [{...}, ...]}.
+// The setup is the active kernel level's and the first row's dense baseline.
+// "kernel level: avx2 (available: ...); dense baseline: oneDNN f32 matmul (why)\n"
+std::string format_setup_line(const DenseBaseline& dense);
 std::string format_table_header();
 std::string format_table_row(const BenchResult& r);
 std::string results_json(const std::vector<BenchResult>& results);

@@ -3,10 +3,23 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/harness.h"
+#include "moe/isa.h"
 
 namespace moe::bench {
 namespace {
 constexpr const char* kRowFormat = "%-18s %-9s %-5s %-8s %-5s %10s %10s %10s %9s %9s %6s %9s %9s %9s %9s\n";
+
+nlohmann::ordered_json isa_names(const std::vector<Isa>& levels) {
+  nlohmann::ordered_json a = nlohmann::ordered_json::array();
+  for (Isa i : levels) a.push_back(isa_name(i));
+  return a;
+}
+}  // namespace
+
+std::string format_setup_line(const DenseBaseline& dense) {
+  return std::string("kernel level: ") + isa_name(active_isa()) +
+         " (available: " + isa_list(isa_available()) + "); dense baseline: " + dense_baseline_name(dense) +
+         " (" + dense.why + ")\n";
 }
 
 std::string format_table_header() {
@@ -44,6 +57,7 @@ std::string results_json(const std::vector<BenchResult>& results) {
     j["median_ms"] = r.median_ms, j["min_ms"] = r.min_ms, j["max_ms"] = r.max_ms;
     j["gflops"] = r.gflops, j["dense_gflops"] = r.dense_gflops, j["fraction_of_dense"] = r.fraction_of_dense;
     j["peak_rss_mib"] = r.peak_rss_mib;
+    j["dense_dtype"] = dtype_name(r.dense.dtype), j["dense_impl"] = r.dense.impl;
     j["check"] = r.check;
     if (!r.check_detail.empty()) j["check_detail"] = r.check_detail;
     j["peak_alloc_mib"] = r.peak_alloc_mib;
@@ -55,6 +69,13 @@ std::string results_json(const std::vector<BenchResult>& results) {
     rows.push_back(std::move(j));
   }
   nlohmann::ordered_json doc;
+  doc["isa"] = isa_name(active_isa());
+  doc["isa_available"] = isa_names(isa_available());
+  if (!results.empty()) {
+    const DenseBaseline& d = results.front().dense;
+    doc["dense_baseline"] = {
+        {"impl", d.impl}, {"dtype", dtype_name(d.dtype)}, {"why", d.why}, {"kernel", d.kernel}};
+  }
   doc["results"] = std::move(rows);
   return doc.dump(2) + "\n";
 }

@@ -10,9 +10,11 @@
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 #include <thread>
 
 #include "moe/error.h"
+#include "moe/isa.h"
 
 namespace moe {
 namespace {
@@ -35,6 +37,30 @@ ThreadLevel level_from_mpi(int provided) {
   return ThreadLevel::single;
 }
 
+// Every rank runs the same kernel level (include/moe/isa.h): the lowest any
+// rank chose (one forced lower with MOE_GEMM_ISA, or an older CPU; every rank
+// runs every level below its own). A rank that cannot choose (a bad
+// MOE_GEMM_ISA) contributes -1, and then every rank throws here, so none is
+// left waiting in a later collective. One MPI_Allreduce (MINLOC: the lowest
+// level and the lowest rank holding it).
+void agree_on_isa() {
+  struct {
+    int level, rank;
+  } mine{-1, 0}, low{-1, 0};
+  MPI_Comm_rank(MPI_COMM_WORLD, &mine.rank);
+  std::string own_error;
+  try {
+    mine.level = int(active_isa());
+  } catch (const Error& e) {
+    own_error = e.what();
+  }
+  MPI_Allreduce(&mine, &low, 1, MPI_2INT, MPI_MINLOC, MPI_COMM_WORLD);
+  if (low.level >= 0) return set_active_isa(Isa(low.level));
+  if (!own_error.empty()) throw Error(own_error);
+  fail("another rank (rank ", low.rank, ") could not choose a kernel level (its error names its ",
+       "MOE_GEMM_ISA); every rank stops");
+}
+
 // MPI's lifetime: initialized by the first world communicator, finalized
 // when the last communicator holding it goes (if this code initialized it).
 class MpiRuntime {
@@ -51,17 +77,25 @@ class MpiRuntime {
     level_ = level_from_mpi(provided);
     MPI_Comm_create_errhandler(&on_mpi_error, &handler_);
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, handler_);
+    try {
+      agree_on_isa();
+    } catch (...) {  // every rank is here: finalize together, then each exits with its message
+      shut_down();
+      throw;
+    }
   }
-  ~MpiRuntime() {
+  ~MpiRuntime() { shut_down(); }
+  ThreadLevel level() const { return level_; }
+
+ private:
+  void shut_down() {
     int finalized = 0;
     MPI_Finalized(&finalized);
     if (finalized) return;
     MPI_Errhandler_free(&handler_);
     if (owns_) MPI_Finalize();
   }
-  ThreadLevel level() const { return level_; }
 
- private:
   bool owns_ = false;
   ThreadLevel level_ = ThreadLevel::single;
   MPI_Errhandler handler_;

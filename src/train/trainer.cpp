@@ -145,9 +145,11 @@ class Run {
   // the best of 5 medians (a CPU quota can stall a single short measurement).
   void measure_dense(TrainSummary& s) const {
     const int64_t rows = cfg_.batch_tokens / place_.size() * cfg_.num_experts_per_tok;
-    for (int i = 0; i < 5; ++i)
-      s.dense_gflops = std::max(
-          s.dense_gflops, dense_matmul_gflops(rows, cfg_.emb_dim, 3 * cfg_.moe_mlp_dim, cfg_.dtype, 10));
+    for (int i = 0; i < 5; ++i) {
+      DenseRate d = dense_matmul_rate(rows, cfg_.emb_dim, 3 * cfg_.moe_mlp_dim, cfg_.dtype, 10);
+      s.dense_gflops = std::max(s.dense_gflops, d.gflops);
+      s.dense_baseline = dense_baseline_name(d.baseline) + " (" + d.baseline.why + ")";
+    }
     if (s.dense_gflops > 0) s.fraction_of_dense = s.gflops / double(s.ranks) / s.dense_gflops;
   }
 

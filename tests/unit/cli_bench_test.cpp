@@ -5,7 +5,9 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "bench/dense_baseline.h"
 #include "bench/harness.h"
+#include "moe/isa.h"
 #include "testing/cli_runner.h"
 #include "testing/temp_dir.h"
 
@@ -42,6 +44,27 @@ TEST(CliBench, TinyWritesTheContractedJson) {
     EXPECT_EQ(row.at("check"), v == "reference" ? "ref" : "PASS") << v;
   }
   EXPECT_EQ(variants, (std::set<std::string>{"reference", "fused", "split"}));
+  // The setup beside the rows: the kernel level and the dense baseline that ran.
+  EXPECT_EQ(doc.at("isa"), isa_name(active_isa()));
+  EXPECT_EQ(doc.at("isa_available").size(), isa_available().size());
+  const auto& dense = doc.at("dense_baseline");
+  for (const char* key : {"impl", "dtype", "why"})
+    EXPECT_TRUE(dense.at(key).is_string()) << key << dense.dump();
+  EXPECT_FALSE(dense.at("why").get<std::string>().empty());
+#ifdef MOE_HAVE_ONEDNN
+  EXPECT_EQ(dense.at("impl"), "onednn");
+  EXPECT_EQ(dense.at("dtype"), active_isa() == Isa::avx512_bf16 ? "bf16" : "f32") << dense.dump();
+#else
+  EXPECT_EQ(dense.at("impl"), "grouped_gemm");
+  EXPECT_NE(dense.at("why").get<std::string>().find("oneDNN is not compiled in"), std::string::npos);
+#endif
+  for (const auto& row : rows) {
+    EXPECT_EQ(row.at("dense_dtype"), dense.at("dtype"));
+    EXPECT_EQ(row.at("dense_impl"), dense.at("impl"));
+  }
+  const std::string setup = std::string("kernel level: ") + isa_name(active_isa()) +
+                            " (available: " + isa_list(isa_available()) + "); dense baseline: ";
+  EXPECT_EQ(r.out.rfind(setup, 0), 0u) << "the setup line comes first:\n" << r.out;
   // FLOPs: forward = 6*R*D*F + 2*T*D*E, forward+backward = 3x.
   const double fwd = 6.0 * 128 * 64 * 32 + 2.0 * 64 * 64 * 8;
   EXPECT_EQ(rows[0].at("flops").get<double>(), fwd);
@@ -66,6 +89,68 @@ TEST(CliBench, BadArgumentsAreErrors) {
   r = testing::run_moe("bench --list", dir.path());
   EXPECT_EQ(r.exit_code, 0);
   EXPECT_NE(r.out.find("seed-mixtral"), std::string::npos);
+}
+
+// The baseline computes in the dtype the kernel level computes in: bf16 only at avx512_bf16.
+TEST(BenchDenseBaseline, DtypeFollowsTheKernelLevel) {
+  for (Isa level : isa_available()) {
+    ScopedIsa scoped(level);
+    std::string why;
+    EXPECT_EQ(dense_compute_dtype(DType::f32, why), DType::f32) << isa_name(level);
+    const DType bf16_layer = dense_compute_dtype(DType::bf16, why);
+    EXPECT_EQ(bf16_layer, level == Isa::avx512_bf16 ? DType::bf16 : DType::f32) << isa_name(level);
+    EXPECT_NE(why.find(isa_name(level)), std::string::npos) << why;
+    DenseRate rate = dense_matmul_rate(32, 16, 24, DType::bf16, 1);
+    EXPECT_GT(rate.gflops, 0.0);
+#ifdef MOE_HAVE_ONEDNN
+    if (bf16_layer == DType::f32) EXPECT_EQ(rate.baseline.dtype, DType::f32) << rate.baseline.why;
+    EXPECT_EQ(dense_baseline_name(rate.baseline),
+              std::string("oneDNN ") + dtype_name(rate.baseline.dtype) + " matmul");
+#else
+    EXPECT_EQ(rate.baseline.impl, "grouped_gemm");
+#endif
+  }
+}
+
+// A bf16 bench where our level widens bf16 (MOE_GEMM_ISA=avx2): an f32 baseline, exit 0.
+TEST(CliBench, Avx2LevelHasAnF32Baseline) {
+  if (!isa_supported(Isa::avx2)) GTEST_SKIP() << "no avx2 level here: " << isa_list(isa_available());
+  testing::TempDir dir;
+  auto r = testing::run_moe("bench --case tiny --iters 1 --dtype bf16 --json " + dir.file("b.json"),
+                            dir.path(), "MOE_GEMM_ISA=avx2");
+  ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
+  nlohmann::json doc = nlohmann::json::parse(testing::read_bytes(dir.file("b.json")));
+  EXPECT_EQ(doc.at("isa"), "avx2");
+  EXPECT_NE(r.out.find("kernel level: avx2 "), std::string::npos) << r.out;
+#ifdef MOE_HAVE_ONEDNN
+  EXPECT_EQ(doc.at("dense_baseline").at("dtype"), "f32") << doc.at("dense_baseline").dump();
+  EXPECT_NE(r.out.find("dense baseline: oneDNN f32 matmul (bf16 layer at kernel level avx2"),
+            std::string::npos)
+      << r.out;
+#endif
+}
+
+// oneDNN limited below its bf16 level (no bf16 matmul at AVX2): the bf16 bench still runs, on
+// an f32 baseline that says why.
+TEST(CliBench, OnednnWithoutBf16FallsBackToF32) {
+#ifndef MOE_HAVE_ONEDNN
+  GTEST_SKIP() << "oneDNN is not compiled in";
+#else
+  testing::TempDir dir;
+  auto r = testing::run_moe("bench --case tiny --iters 1 --dtype bf16 --json " + dir.file("b.json"),
+                            dir.path(), "ONEDNN_MAX_CPU_ISA=AVX2");
+  ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
+  nlohmann::json doc = nlohmann::json::parse(testing::read_bytes(dir.file("b.json")));
+  const auto& dense = doc.at("dense_baseline");
+  EXPECT_EQ(dense.at("impl"), "onednn");
+  EXPECT_EQ(dense.at("dtype"), "f32");
+  EXPECT_GT(doc.at("results").at(0).at("dense_gflops").get<double>(), 0.0);
+  EXPECT_EQ(doc.at("results").at(0).at("dense_dtype"), "f32");
+  if (active_isa() == Isa::avx512_bf16)  // else the level alone already picks f32
+    EXPECT_NE(dense.at("why").get<std::string>().find("ONEDNN_MAX_CPU_ISA=AVX2"), std::string::npos)
+        << dense.dump();
+  EXPECT_NE(r.out.find("dense baseline: oneDNN f32 matmul"), std::string::npos) << r.out;
+#endif
 }
 
 TEST(BenchReport, FailRowsAreReported) {

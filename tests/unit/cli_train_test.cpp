@@ -57,6 +57,20 @@ TEST_F(CliTrain, PrintsTheTableLogLinesAndSummary) {
   EXPECT_NE(r.err.find("nope.jsonl: cannot open"), std::string::npos) << r.err;
 }
 
+// The summary's dense baseline follows the rule of `moe bench` (src/bench/dense_baseline.h): a bf16
+// run where oneDNN has no bf16 matmul (ONEDNN_MAX_CPU_ISA=AVX2) measures the f32 matmul and says so.
+TEST_F(CliTrain, Bf16WithoutOnednnBf16UsesAnF32Baseline) {
+#ifndef MOE_HAVE_ONEDNN
+  GTEST_SKIP() << "oneDNN is not compiled in";
+#else
+  auto r = run_moe("train " + cfg() + " steps=3 checkpoint_dir=" + dir_.file("c"), dir_.path(),
+                   "ONEDNN_MAX_CPU_ISA=AVX2");
+  ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
+  EXPECT_NE(r.out.find("measured after the steps): oneDNN f32 matmul ("), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("peak: n/a"), std::string::npos) << r.out;
+#endif
+}
+
 TEST_F(CliTrain, EmbeddedDefaultConfigRuns) {
   auto r = moe("train steps=2");
   ASSERT_EQ(r.exit_code, 0) << r.err;

@@ -10,6 +10,7 @@
 #include "bench/dist_bench.h"
 #include "cli_util.h"
 #include "io/atomic_file.h"
+#include "moe/isa.h"
 
 namespace moe::cli {
 namespace {
@@ -40,10 +41,12 @@ void run(const BenchDistArgs& a, Communicator& w) {
   const bool root = w.rank() == 0;
   if (root && !a.trace_dir.empty()) std::filesystem::create_directories(a.trace_dir);
   if (root) {
-    std::printf("moe bench --dist: T=%lld per rank, D=%lld F=%lld E=%lld K=%lld dtype=%s, %d rank(s), %d iters\n",
-                (long long)o.tokens, (long long)o.base.emb_dim, (long long)o.base.moe_mlp_dim,
-                (long long)o.base.num_experts, (long long)o.base.num_experts_per_tok, dtype_name(o.base.dtype),
-                w.size(), o.iters);
+    std::printf(
+        "moe bench --dist: T=%lld per rank, D=%lld F=%lld E=%lld K=%lld dtype=%s, %d rank(s), %d iters, "
+        "kernel level %s\n",
+        (long long)o.tokens, (long long)o.base.emb_dim, (long long)o.base.moe_mlp_dim,
+        (long long)o.base.num_experts, (long long)o.base.num_experts_per_tok, dtype_name(o.base.dtype),
+        w.size(), o.iters, isa_name(active_isa()));
     std::fflush(stdout);
   }
   bool header = false;  // printed with the first row, so an unknown variant's error comes alone

@@ -47,7 +47,10 @@ void run_bench_cmd(const BenchArgs& a) {
   if (!a.json.empty()) check_output_dir(a.json, "--json");
   bool header = false;  // printed with the first row, so an argument error comes alone
   auto rows = bench::run_bench(o, [&header](const bench::BenchResult& r) {
-    if (!std::exchange(header, true)) std::fputs(bench::format_table_header().c_str(), stdout);
+    if (!std::exchange(header, true)) {
+      std::fputs(bench::format_setup_line(r.dense).c_str(), stdout);
+      std::fputs(bench::format_table_header().c_str(), stdout);
+    }
     std::fputs(bench::format_table_row(r).c_str(), stdout);
     std::fflush(stdout);
   });

@@ -41,8 +41,9 @@ void print_summary(const TrainSummary& s) {
       s.tokens_per_s, s.gflops, s.ranks,
       s.fraction_of_dense < 0 ? "n/a" : std::to_string(s.fraction_of_dense).c_str());
   if (s.dense_gflops > 0)
-    std::printf("  dense baseline  %.3f GFLOP/s per rank ([R_l, D] x [D, 3F], measured after the steps)\n",
-                s.dense_gflops);
+    std::printf(
+        "  dense baseline  %.3f GFLOP/s per rank ([R_l, D] x [D, 3F], measured after the steps): %s\n",
+        s.dense_gflops, s.dense_baseline.c_str());
   const double total = s.ms_data + s.ms_teacher + s.ms_norm + s.ms_moe_forward + s.ms_moe_backward +
                        s.ms_optimizer + s.ms_other;
   auto pct = [&](double v) { return total > 0 ? 100.0 * v / total : 0.0; };

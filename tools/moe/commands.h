@@ -9,6 +9,7 @@ namespace moe::cli {
 void add_bench(CLI::App& app);
 void add_check(CLI::App& app);
 void add_convert(CLI::App& app);
+void add_info(CLI::App& app);
 void add_init(CLI::App& app);
 void add_step(CLI::App& app);
 void add_validate(CLI::App& app);
@@ -19,6 +20,7 @@ inline void register_all(CLI::App& app) {
   add_bench(app);
   add_check(app);
   add_convert(app);
+  add_info(app);
   add_init(app);
   add_step(app);
   add_validate(app);

@@ -11,6 +11,7 @@
 int main(int argc, char** argv) {
   CLI::App app{"moe: the routed Mixture-of-Experts layer engine (train, run, check, bench)", "moe"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", "moe " MOE_VERSION);
   moe::cli::register_all(app);
   try {
     moe::active_isa();  // an invalid MOE_GEMM_ISA is an error before any work (include/moe/isa.h)

@@ -1,0 +1,53 @@
+// What both dense baselines share (dense_baseline.h): the dtype rule, the
+// names, and the one-group grouped GEMM.
+#include "bench/dense_baseline.h"
+
+#include <algorithm>
+
+#include "bench/timing.h"
+#include "kernels/grouped_gemm.h"
+#include "moe/isa.h"
+
+namespace moe {
+namespace {
+// Small exact values (multiples of 1/16 in [-0.375, 0.375]): no denormals, no overflow.
+Tensor pattern(Shape shape, DType dtype, int64_t salt) {
+  Tensor t = Tensor::empty(DType::f32, std::move(shape));
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = float((i * 7 + salt) % 13 - 6) / 16.0f;
+  return t.to(dtype);
+}
+}  // namespace
+
+std::string dense_baseline_name(const DenseBaseline& b) {
+  const std::string dt = dtype_name(b.dtype);
+  if (b.impl == "onednn") return "oneDNN " + dt + " matmul";
+  return "grouped GEMM (one group) " + dt;
+}
+
+DType dense_compute_dtype(DType layer_dtype, std::string& why) {
+  const Isa isa = active_isa();
+  if (layer_dtype != DType::bf16) {
+    why = std::string(dtype_name(layer_dtype)) + " layer: a matmul in its dtype";
+    return layer_dtype;
+  }
+  if (isa == Isa::avx512_bf16) {
+    why = "bf16 layer at kernel level avx512_bf16: native bf16 dot products";
+    return DType::bf16;
+  }
+  why = std::string("bf16 layer at kernel level ") + isa_name(isa) +
+        ", which widens bf16 to f32: the baseline is an f32 matmul of the same FLOPs";
+  return DType::f32;
+}
+
+// out [M, N] = a [M, K] @ b[0] [K, N]
+double grouped_gemm_dense_gflops(int64_t M, int64_t K, int64_t N, DType dtype, int iters) {
+  MOE_ASSERT(M >= 1 && K >= 1 && N >= 1 && iters >= 1,
+             "grouped_gemm_dense_gflops: sizes and iters must be >= 1");
+  Tensor a = pattern({M, K}, dtype, 1), b = pattern({1, K, N}, dtype, 2);
+  Tensor out = Tensor::empty(dtype, {M, N});
+  GroupLayout one = GroupLayout::from_sizes({M});
+  bench::Timing t = bench::time_runs(iters, [&] { gmm(a, b, one, 0, out); });
+  return 2.0 * double(M) * double(K) * double(N) / std::max(t.median_ms, 1e-6) / 1e6;
+}
+
+}  // namespace moe
