@@ -4,8 +4,10 @@
 #   lowest:    one rank forced to avx2 (MOE_GEMM_ISA), the other choosing its own: `moe info --json`
 #              (printed by rank 0 only) reports avx2 and 2 ranks, whichever rank was forced.
 #              Exits 77 (CTest skip) when this CPU or build has no avx2 level.
-#   bad_level: rank 1 has MOE_GEMM_ISA=bogus: both ranks fail with a message (no hang), rank 1 with
-#              its own, rank 0 naming rank 1.
+#   bad_level: rank 1 has MOE_GEMM_ISA=bogus: the job ends (no hang) with rank 1's message. The
+#              moe binary checks MOE_GEMM_ISA before any command runs, so rank 1 exits before MPI
+#              starts and mpirun ends the job; a library caller (no moe main) reaches the agreement
+#              in mpi_comm.cpp instead, where rank 0 names rank 1.
 set -u
 mpiexec=$1 moe=$2 mode=$3
 fail() { echo "isa_agree_np2: $*"; exit 1; }
@@ -34,8 +36,7 @@ bad_level)
   echo "exit status $rc"
   [ $rc -ne 0 ] && [ $rc -ne 124 ] || fail "expected a non-zero exit status (not the timeout's 124), got $rc"
   echo "$out" | grep -q 'MOE_GEMM_ISA=bogus names no kernel level' || fail "rank 1's own message is missing"
-  echo "$out" | grep -q 'another rank (rank 1) could not choose a kernel level' || fail "rank 0's message is missing"
-  echo "isa_agree_np2: OK (both ranks failed with a message)"
+  echo "isa_agree_np2: OK (the job ended with rank 1's message)"
   ;;
 *) fail "unknown mode '$mode'" ;;
 esac
