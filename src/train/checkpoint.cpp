@@ -98,7 +98,9 @@ std::string config_json(const Config& cfg) {
   return j.dump();
 }
 
-std::string save_checkpoint(const std::string& dir, const Config& cfg, const TrainState& st_in) {
+namespace {
+
+std::string save(const std::string& dir, const Config& cfg, const TrainState& st_in) {
   TrainState st = st_in;  // shallow: parameters() hands out mutable views; nothing is written
   std::vector<std::pair<std::string, Tensor>> ts;
   auto rs = rows(cfg, st);
@@ -111,7 +113,7 @@ std::string save_checkpoint(const std::string& dir, const Config& cfg, const Tra
                                               {"seed", config_value(cfg, "seed")},
                                               {"teacher_seed", config_value(cfg, "teacher_seed")},
                                               {"config", config_json(cfg)}};
-  fs::create_directories(dir);
+  ensure_directory(dir, "checkpoint_dir");
   const std::string name = checkpoint_file_name(st.step), path = (fs::path(dir) / name).string();
   write_safetensors(path, ts, md);
   write_file_atomic((fs::path(dir) / "latest").string(), name + "\n");
@@ -121,7 +123,7 @@ std::string save_checkpoint(const std::string& dir, const Config& cfg, const Tra
   return path;
 }
 
-TrainState load_checkpoint(const std::string& dir, const Config& cfg) {
+TrainState load(const std::string& dir, const Config& cfg) {
   const fs::path latest = fs::path(dir) / "latest";
   std::ifstream in(latest);
   if (!in) fail("--resume ", dir, ": no checkpoint (cannot read ", latest.string(), ")");
@@ -152,6 +154,18 @@ TrainState load_checkpoint(const std::string& dir, const Config& cfg) {
     }
   }
   return st;
+}
+
+}  // namespace
+
+void prepare_checkpoint_dir(const std::string& dir) { ensure_directory(dir, "checkpoint_dir"); }
+
+std::string save_checkpoint(const std::string& dir, const Config& cfg, const TrainState& st) {
+  return with_context("checkpoint_dir " + dir, [&] { return save(dir, cfg, st); });
+}
+
+TrainState load_checkpoint(const std::string& dir, const Config& cfg) {
+  return with_context("--resume " + dir, [&] { return load(dir, cfg); });
 }
 
 }  // namespace moe::train

@@ -20,6 +20,11 @@ inline constexpr const char* kCheckpointVersion = "1";
 // "ckpt-00000042.safetensors"
 std::string checkpoint_file_name(int64_t step);
 
+// Creates `dir` if needed. Called when a run starts, so a bad checkpoint_dir
+// (an existing file, a path under a file) fails before the first step,
+// naming the directory.
+void prepare_checkpoint_dir(const std::string& dir);
+
 // Writes the checkpoint of `st` into `dir` (created if needed), points
 // `latest` at it and deletes all but the newest cfg.keep_checkpoints
 // checkpoints. Returns the file's path.

@@ -39,6 +39,7 @@ class Run {
            ": moe train keeps f32 master weights (set weight_dtype: f32)");
     ckpt_dir_ = cfg.checkpoint_dir.empty() ? opt.resume_dir : cfg.checkpoint_dir;
     st_ = opt.resume_dir.empty() ? place_.shard(train::fresh_state(cfg)) : resumed_state();
+    if (root() && !ckpt_dir_.empty()) prepare_checkpoint_dir();
     if (!opt.resume_dir.empty()) {
       saved_step_ = st_.step;
       say("resumed from " + opt.resume_dir + " at step " + std::to_string(st_.step));
@@ -108,6 +109,10 @@ class Run {
   std::string last_good() const {
     return last_ckpt_.empty() ? "no checkpoint was written" : "last good checkpoint: " + last_ckpt_;
   }
+
+  // Before the first step: a bad checkpoint_dir fails now, not after the
+  // steps it would have saved.
+  void prepare_checkpoint_dir() const { train::prepare_checkpoint_dir(ckpt_dir_); }
 
   // Saves st_ unless a parameter is not finite on some rank (then stops:
   // never write a bad checkpoint). Rank 0 writes whole tensors.

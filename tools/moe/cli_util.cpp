@@ -16,7 +16,8 @@ Communicator& world() {
 
 void check_output_dir(const std::string& path, const char* option) {
   const std::filesystem::path dir = std::filesystem::path(path).parent_path();
-  if (!dir.empty() && !std::filesystem::is_directory(dir))
+  std::error_code ec;
+  if (!dir.empty() && !std::filesystem::is_directory(dir, ec))
     fail(option, " ", path, ": directory '", dir.string(), "' does not exist");
 }
 

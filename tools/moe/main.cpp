@@ -1,6 +1,6 @@
 // moe: the command-line front end. One file per subcommand (cmd_*.cpp); each
-// registers itself through commands.h. Expected errors (moe::Error) print to
-// stderr and exit 1; nothing escapes as an uncaught exception.
+// registers itself through commands.h. The exception boundary of every
+// command: any exception prints "moe: error: <message>" to stderr and exits 1.
 #include <CLI/CLI.hpp>
 #include <cstdio>
 
@@ -15,11 +15,8 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
-  } catch (const moe::Error& e) {
-    std::fprintf(stderr, "moe: error: %s\n", e.what());
-    return 1;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "moe: error: %s\n", e.what());
+  } catch (...) {
+    std::fprintf(stderr, "moe: error: %s\n", moe::current_exception_text().c_str());
     return 1;
   }
   return moe::cli::exit_code();
