@@ -38,12 +38,15 @@ void run_single(const Config& cfg, const StepPaths& p) {
   write_step_outputs(cfg, r, dy != nullptr, p.out);
 }
 
+// Under mpirun an error on any rank (config, weights, inputs) ends the whole job.
 void run_step(const StepArgs& a) {
-  Config cfg = load(a.config, a.overrides);
-  if (distributed(cfg) || !a.paths.trace.empty())
-    run_step_distributed(cfg, a.paths);
-  else
-    run_single(cfg, a.paths);
+  run_collectively(world(), [&] {
+    Config cfg = load(a.config, a.overrides);
+    if (distributed(cfg) || !a.paths.trace.empty())
+      run_step_distributed(cfg, a.paths);
+    else
+      run_single(cfg, a.paths);
+  });
 }
 }  // namespace
 
