@@ -39,6 +39,26 @@ std::vector<fs::path> list_checkpoints(const std::string& dir) {
   return out;
 }
 
+// Temporary files of write_file_atomic left in `dir` by a process killed
+// mid-write: "ckpt-*.safetensors.tmp.*" and "latest.tmp.*". Never a
+// checkpoint: list_checkpoints and `latest` only name finished files.
+std::vector<fs::path> stale_temporaries(const std::string& dir) {
+  std::vector<fs::path> out;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    const std::string n = e.path().filename().string();
+    if ((n.rfind("ckpt-", 0) == 0 && n.find(".safetensors.tmp.") != std::string::npos) ||
+        n.rfind("latest.tmp.", 0) == 0)
+      out.push_back(e.path());
+  }
+  return out;
+}
+
+int remove_stale_temporaries(const std::string& dir) {
+  int n = 0;
+  for (const fs::path& p : stale_temporaries(dir)) n += fs::remove(p) ? 1 : 0;
+  return n;
+}
+
 std::string meta(const SafetensorsFile& f, const std::string& key) {
   auto it = f.metadata.find(key);
   if (it == f.metadata.end()) fail(f.path, ": not a training checkpoint (no metadata '", key, "')");
@@ -120,6 +140,7 @@ std::string save(const std::string& dir, const Config& cfg, const TrainState& st
   auto all = list_checkpoints(dir);
   for (size_t i = 0; i + size_t(cfg.keep_checkpoints) < all.size(); ++i)
     if (all[i].filename() != name) fs::remove(all[i]);
+  remove_stale_temporaries(dir);
   return path;
 }
 
@@ -158,7 +179,10 @@ TrainState load(const std::string& dir, const Config& cfg) {
 
 }  // namespace
 
-void prepare_checkpoint_dir(const std::string& dir) { ensure_directory(dir, "checkpoint_dir"); }
+int prepare_checkpoint_dir(const std::string& dir) {
+  ensure_directory(dir, "checkpoint_dir");
+  return with_context("checkpoint_dir " + dir, [&] { return remove_stale_temporaries(dir); });
+}
 
 std::string save_checkpoint(const std::string& dir, const Config& cfg, const TrainState& st) {
   return with_context("checkpoint_dir " + dir, [&] { return save(dir, cfg, st); });

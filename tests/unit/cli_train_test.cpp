@@ -70,12 +70,22 @@ TEST_F(CliTrain, ErrorsAreNamedAndExitNonZero) {
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find("at step 2"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("last good checkpoint"), std::string::npos) << r.err;
+  EXPECT_EQ(testing::read_bytes(dir_.file("d/latest")), "ckpt-00000001.safetensors\n");
   r = moe("train " + cfg() + " emb_dim=32 --resume " + dir_.file("d"));
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find("the config needs [32, 4]"), std::string::npos) << r.err;
   r = moe("train " + cfg() + " --resume " + dir_.file("missing"));
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find("no checkpoint"), std::string::npos) << r.err;
+}
+
+TEST_F(CliTrain, UntilMustBeAStep) {
+  for (const char* until : {"--until=0", "--until=-5", "--until -5"}) {
+    auto r = moe("train " + cfg() + " " + until);
+    EXPECT_EQ(r.exit_code, 1) << until;
+    EXPECT_NE(r.err.find("expected a step >= 1"), std::string::npos) << until << "\n" << r.err;
+    EXPECT_EQ(r.out.find("summary"), std::string::npos) << r.out;
+  }
 }
 
 // Paths that cannot be directories: clear errors naming the path, before any
