@@ -19,8 +19,10 @@
 // their parent's CommCounters object.
 //
 // Failure: an MPI error aborts every rank with the message (an error handler
-// calls MPI_Abort); abort(msg) does the same on purpose. If a rank dies,
-// mpirun (OpenMPI default) kills the others: no rank is left hanging.
+// calls MPI_Abort); abort(msg) does the same on purpose, and
+// run_collectively() calls it for any exception of a multi-rank job. If a
+// rank dies, mpirun (OpenMPI default) kills the others: no rank is left
+// hanging.
 //
 // Thread safety: a Communicator is used by one thread at a time (collectives
 // on one communicator must be issued in the same order on every rank anyway).
@@ -33,6 +35,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -171,6 +174,13 @@ class Communicator {
   std::shared_ptr<CommCounters> counters_;
   bool polite_waits_ = false;
 };
+
+// The exception boundary of a multi-rank job: runs body(); any exception
+// (moe::Error or any other type) escaping it on a communicator of several
+// ranks ends the whole job through abort(), "moe: fatal on rank R: <message>",
+// so no peer is left waiting in a collective while this rank returns into
+// MPI_Finalize. On one rank the exception propagates unchanged.
+void run_collectively(Communicator& comm, const std::function<void()>& body);
 
 // The single-process communicator: size 1, collectives are copies.
 std::unique_ptr<Communicator> make_single_process_comm();

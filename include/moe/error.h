@@ -6,6 +6,7 @@
 //    abort takes every rank down).
 #pragma once
 
+#include <new>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -24,6 +25,27 @@ template <class... Args>
   (os << ... << args);
   throw Error(os.str());
 }
+
+// The exception boundary around one file, key or rank the library touches:
+// runs body(); an exception other than moe::Error (nlohmann-json, yaml-cpp,
+// std::filesystem, an allocation) leaves as moe::Error "<context>: <what>",
+// so the library throws only moe::Error and every message names its thing.
+template <class F>
+decltype(auto) with_context(const std::string& context, F&& body) {
+  try {
+    return body();
+  } catch (const Error&) {
+    throw;
+  } catch (const std::bad_alloc&) {
+    fail(context, ": out of memory");
+  } catch (const std::exception& e) {
+    fail(context, ": ", e.what());
+  }
+}
+
+// The message of the exception being handled (call only inside a catch
+// block): what() of a std::exception, a fixed text for anything else.
+std::string current_exception_text();
 
 [[noreturn]] void assert_fail(const char* expr, const char* file, int line, const std::string& msg);
 

@@ -1,5 +1,6 @@
 // The backend-independent half of Communicator: argument checks, counters,
 // and the deterministic f32 reductions built on the byte-moving primitives.
+#include <cstdio>
 #include <utility>
 
 #include "moe/comm.h"
@@ -24,6 +25,17 @@ void ordered_sum(const float* blocks, int count, size_t n, size_t stride, float*
   for (int b = 1; b < count; ++b) {
     const float* src = blocks + size_t(b) * stride;
     for (size_t i = 0; i < n; ++i) out[i] += src[i];
+  }
+}
+
+void run_collectively(Communicator& comm, const std::function<void()>& body) {
+  try {
+    body();
+  } catch (...) {
+    if (comm.size() == 1) throw;
+    const std::string msg = current_exception_text();
+    std::fflush(stdout);  // the lines printed so far, before the abort message
+    comm.abort(msg);
   }
 }
 

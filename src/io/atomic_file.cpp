@@ -82,4 +82,16 @@ void write_file_atomic(const std::string& path, std::string_view bytes) {
   write_file_atomic(path, [&](std::FILE* f) { std::fwrite(bytes.data(), 1, bytes.size(), f); });
 }
 
+void ensure_directory(const std::string& dir, const std::string& what) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::is_directory(dir, ec)) return;
+  if (fs::exists(fs::symlink_status(dir, ec))) fail(what, ": '", dir, "' exists and is not a directory");
+  for (fs::path p = fs::path(dir).parent_path(); !p.empty() && p != p.root_path(); p = p.parent_path())
+    if (fs::exists(p, ec) && !fs::is_directory(p, ec))
+      fail(what, ": cannot create directory '", dir, "': '", p.string(), "' is not a directory");
+  fs::create_directories(dir, ec);
+  if (ec) fail(what, ": cannot create directory '", dir, "': ", ec.message());
+}
+
 }  // namespace moe

@@ -23,4 +23,10 @@ void write_file_atomic(const std::string& path, const std::function<void(std::FI
 // Same, with the whole content given.
 void write_file_atomic(const std::string& path, std::string_view bytes);
 
+// Creates directory `dir` and its parents where missing. Throws moe::Error
+// "<what>: ..." naming `dir` when it (or a parent) exists as something other
+// than a directory or cannot be made (`what` names the option: "--trace-dir",
+// "metrics_file /x/m.jsonl").
+void ensure_directory(const std::string& dir, const std::string& what);
+
 }  // namespace moe

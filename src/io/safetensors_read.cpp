@@ -109,7 +109,7 @@ json parse_header(const std::string& path, std::string_view text) {
   };
   try {
     return json::parse(text.begin(), text.end(), on_event);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, and out_of_range for a number such as 1e400
     fail(path, ": header is not valid JSON: ", e.what());
   }
 }
@@ -214,9 +214,7 @@ void check_tiling(const std::string& path, std::vector<Entry>& entries, uint64_t
     fail(path, ": data buffer bytes [", covered, ", ", buffer_size, ") at the end belong to no tensor");
 }
 
-}  // namespace
-
-SafetensorsFile read_safetensors(const std::string& path) {
+SafetensorsFile read_file(const std::string& path) {
   MappedFile file(path);
   auto [header_text, buffer] = split_file(path, file);
   const json header = parse_header(path, header_text);
@@ -238,6 +236,12 @@ SafetensorsFile read_safetensors(const std::string& path) {
     out.tensors.emplace_back(e.name, std::move(t));
   }
   return out;
+}
+
+}  // namespace
+
+SafetensorsFile read_safetensors(const std::string& path) {
+  return with_context(path, [&] { return read_file(path); });
 }
 
 }  // namespace moe

@@ -43,13 +43,20 @@ void select_topk(const float* s, int64_t E, int64_t K, int32_t* idx, std::vector
   std::copy(ids.begin(), ids.begin() + K, idx);
 }
 
+// Forced routing [T, K] i32: every id in [0, E), the K ids of a token distinct
+// (a token routed twice to one expert would count twice in its group).
 void check_forced(const Tensor& f, int64_t T, int64_t K, int64_t E) {
   if (f.dtype() != DType::i32) fail("topk_idx: expected dtype i32, got ", dtype_name(f.dtype()));
   expect_shape(f, {T, K}, "topk_idx");
   const int32_t* p = f.data<int32_t>();
-  for (int64_t i = 0; i < T * K; ++i)
+  for (int64_t i = 0; i < T * K; ++i) {
     if (p[i] < 0 || p[i] >= E)
       fail("topk_idx: token ", i / K, " slot ", i % K, " names expert ", p[i], ", expected 0 <= id < ", E);
+    for (int64_t j = i - i % K; j < i; ++j)
+      if (p[j] == p[i])
+        fail("topk_idx: token ", i / K, " names expert ", p[i], " twice (slots ", j % K, " and ", i % K,
+             "); a token's K experts must differ");
+  }
 }
 
 }  // namespace

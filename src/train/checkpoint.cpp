@@ -39,6 +39,26 @@ std::vector<fs::path> list_checkpoints(const std::string& dir) {
   return out;
 }
 
+// Temporary files of write_file_atomic left in `dir` by a process killed
+// mid-write: "ckpt-*.safetensors.tmp.*" and "latest.tmp.*". Never a
+// checkpoint: list_checkpoints and `latest` only name finished files.
+std::vector<fs::path> stale_temporaries(const std::string& dir) {
+  std::vector<fs::path> out;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    const std::string n = e.path().filename().string();
+    if ((n.rfind("ckpt-", 0) == 0 && n.find(".safetensors.tmp.") != std::string::npos) ||
+        n.rfind("latest.tmp.", 0) == 0)
+      out.push_back(e.path());
+  }
+  return out;
+}
+
+int remove_stale_temporaries(const std::string& dir) {
+  int n = 0;
+  for (const fs::path& p : stale_temporaries(dir)) n += fs::remove(p) ? 1 : 0;
+  return n;
+}
+
 std::string meta(const SafetensorsFile& f, const std::string& key) {
   auto it = f.metadata.find(key);
   if (it == f.metadata.end()) fail(f.path, ": not a training checkpoint (no metadata '", key, "')");
@@ -98,7 +118,9 @@ std::string config_json(const Config& cfg) {
   return j.dump();
 }
 
-std::string save_checkpoint(const std::string& dir, const Config& cfg, const TrainState& st_in) {
+namespace {
+
+std::string save(const std::string& dir, const Config& cfg, const TrainState& st_in) {
   TrainState st = st_in;  // shallow: parameters() hands out mutable views; nothing is written
   std::vector<std::pair<std::string, Tensor>> ts;
   auto rs = rows(cfg, st);
@@ -111,17 +133,18 @@ std::string save_checkpoint(const std::string& dir, const Config& cfg, const Tra
                                               {"seed", config_value(cfg, "seed")},
                                               {"teacher_seed", config_value(cfg, "teacher_seed")},
                                               {"config", config_json(cfg)}};
-  fs::create_directories(dir);
+  ensure_directory(dir, "checkpoint_dir");
   const std::string name = checkpoint_file_name(st.step), path = (fs::path(dir) / name).string();
   write_safetensors(path, ts, md);
   write_file_atomic((fs::path(dir) / "latest").string(), name + "\n");
   auto all = list_checkpoints(dir);
   for (size_t i = 0; i + size_t(cfg.keep_checkpoints) < all.size(); ++i)
     if (all[i].filename() != name) fs::remove(all[i]);
+  remove_stale_temporaries(dir);
   return path;
 }
 
-TrainState load_checkpoint(const std::string& dir, const Config& cfg) {
+TrainState load(const std::string& dir, const Config& cfg) {
   const fs::path latest = fs::path(dir) / "latest";
   std::ifstream in(latest);
   if (!in) fail("--resume ", dir, ": no checkpoint (cannot read ", latest.string(), ")");
@@ -152,6 +175,21 @@ TrainState load_checkpoint(const std::string& dir, const Config& cfg) {
     }
   }
   return st;
+}
+
+}  // namespace
+
+int prepare_checkpoint_dir(const std::string& dir) {
+  ensure_directory(dir, "checkpoint_dir");
+  return with_context("checkpoint_dir " + dir, [&] { return remove_stale_temporaries(dir); });
+}
+
+std::string save_checkpoint(const std::string& dir, const Config& cfg, const TrainState& st) {
+  return with_context("checkpoint_dir " + dir, [&] { return save(dir, cfg, st); });
+}
+
+TrainState load_checkpoint(const std::string& dir, const Config& cfg) {
+  return with_context("--resume " + dir, [&] { return load(dir, cfg); });
 }
 
 }  // namespace moe::train

@@ -20,9 +20,15 @@ inline constexpr const char* kCheckpointVersion = "1";
 // "ckpt-00000042.safetensors"
 std::string checkpoint_file_name(int64_t step);
 
+// Creates `dir` if needed and removes the temporary files a killed writer
+// left there ("ckpt-*.safetensors.tmp.*", "latest.tmp.*"); returns how many.
+// Called when a run starts, so a bad checkpoint_dir (an existing file, a
+// path under a file) fails before the first step, naming the directory.
+int prepare_checkpoint_dir(const std::string& dir);
+
 // Writes the checkpoint of `st` into `dir` (created if needed), points
 // `latest` at it and deletes all but the newest cfg.keep_checkpoints
-// checkpoints. Returns the file's path.
+// checkpoints and any stale temporary file. Returns the file's path.
 // REQUIRES: every tensor of st finite (the caller checks: a non-finite
 // checkpoint is never written).
 std::string save_checkpoint(const std::string& dir, const Config& cfg, const TrainState& st);

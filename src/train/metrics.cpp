@@ -47,9 +47,12 @@ std::string kept_lines(const std::string& path, int64_t keep_through) {
 
 MetricsWriter::MetricsWriter(const std::string& path, int64_t keep_through) : path_(path) {
   if (path.empty()) return;
+  const std::string what = "metrics_file " + path;
   const auto parent = std::filesystem::path(path).parent_path();
-  if (!parent.empty()) std::filesystem::create_directories(parent);
-  write_file_atomic(path, keep_through > 0 ? kept_lines(path, keep_through) : std::string());
+  if (!parent.empty()) ensure_directory(parent.string(), what);
+  with_context(what, [&] {
+    write_file_atomic(path, keep_through > 0 ? kept_lines(path, keep_through) : std::string());
+  });
   f_ = std::fopen(path.c_str(), "a");
   if (!f_) fail("metrics_file ", path, ": cannot open for writing");
 }

@@ -39,8 +39,11 @@ class Run {
            ": moe train keeps f32 master weights (set weight_dtype: f32)");
     ckpt_dir_ = cfg.checkpoint_dir.empty() ? opt.resume_dir : cfg.checkpoint_dir;
     st_ = opt.resume_dir.empty() ? place_.shard(train::fresh_state(cfg)) : resumed_state();
+    if (root() && !ckpt_dir_.empty()) prepare_checkpoint_dir();
     if (!opt.resume_dir.empty()) {
       saved_step_ = st_.step;
+      resumed_ckpt_ =
+          (std::filesystem::path(opt.resume_dir) / train::checkpoint_file_name(st_.step)).string();
       say("resumed from " + opt.resume_dir + " at step " + std::to_string(st_.step));
     }
     teacher_ = place_.shard(train::init_model(cfg, uint64_t(cfg.teacher_seed)));
@@ -106,7 +109,15 @@ class Run {
   }
 
   std::string last_good() const {
-    return last_ckpt_.empty() ? "no checkpoint was written" : "last good checkpoint: " + last_ckpt_;
+    const std::string& good = last_ckpt_.empty() ? resumed_ckpt_ : last_ckpt_;
+    return good.empty() ? "no checkpoint was written" : "last good checkpoint: " + good;
+  }
+
+  // Before the first step: a bad checkpoint_dir fails now, not after the
+  // steps it would have saved; a killed run's temporary files go.
+  void prepare_checkpoint_dir() const {
+    if (int n = train::prepare_checkpoint_dir(ckpt_dir_))
+      say("removed " + std::to_string(n) + " stale temporary file(s) from " + ckpt_dir_);
   }
 
   // Saves st_ unless a parameter is not finite on some rank (then stops:
@@ -160,7 +171,7 @@ class Run {
   const Config& cfg_;
   const TrainOptions& opt_;
   train::Placement place_;
-  std::string ckpt_dir_, last_ckpt_;
+  std::string ckpt_dir_, last_ckpt_, resumed_ckpt_;  // resumed_ckpt_: the checkpoint --resume read
   TrainState st_;
   train::Model teacher_;
   RunTotals totals_;

@@ -7,6 +7,9 @@
 // the job (CTest runs it under `timeout 60` and requires a non-zero, non-timeout status).
 // `moe_mpi_tests --abort` : the last rank calls Communicator::abort while the
 // others wait in a barrier; the job must end with the message printed.
+// `moe_mpi_tests --throw-mid-collective` : inside run_collectively, rank 1
+// throws a std::out_of_range (not a moe::Error) while the others wait in an
+// all-reduce; the job must end with "fatal on rank 1: <what>", not hang.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -15,6 +18,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <stdexcept>
 #include <thread>
 
 #include "mpi_env.h"
@@ -56,6 +60,16 @@ int abort_from_last_rank() {
   std::fprintf(stderr, "[rank %d] barrier returned after an abort\n", w.rank());
   return 0;
 }
+int throw_mid_collective() {
+  Communicator& w = world();
+  run_collectively(w, [&] {
+    if (w.rank() == 1) throw std::out_of_range("deliberate std::out_of_range from the test");
+    float x = 1, y = 0;
+    w.all_reduce_sum(&x, &y, 1);  // never completes: rank 1 threw
+  });
+  std::fprintf(stderr, "[rank %d] returned from run_collectively after a rank threw\n", w.rank());
+  return 0;
+}
 }  // namespace
 
 Communicator& world() { return *g_world; }
@@ -76,6 +90,7 @@ int main(int argc, char** argv) {
   g_world = moe::make_world_comm();
   if (argc > 1 && std::strcmp(argv[1], "--die-mid-collective") == 0) return die_mid_collective();
   if (argc > 1 && std::strcmp(argv[1], "--abort") == 0) return abort_from_last_rank();
+  if (argc > 1 && std::strcmp(argv[1], "--throw-mid-collective") == 0) return throw_mid_collective();
   ::testing::InitGoogleTest(&argc, argv);
   const int rank = world().rank();
   if (rank != 0) {

@@ -2,6 +2,7 @@
 // contract of SPEC.md §7, equality with the in-process layer, clear errors.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -107,6 +108,15 @@ TEST_F(CliStep, BadInputsAreNamedErrors) {
     EXPECT_NE(c.r.err.find(c.needle), std::string::npos) << c.needle << "\n" << c.r.err;
     EXPECT_EQ(c.r.err.find("terminate"), std::string::npos) << c.r.err;
   }
+  // Forced routing that repeats an expert in a token's row: an error naming the tensor, no output.
+  Tensor idx(DType::i32, {2, 2});
+  const int32_t ids[] = {0, 1, 4, 4};
+  std::copy(ids, ids + 4, idx.data<int32_t>());
+  write_safetensors(dir_.file("dup.st"), {{"x", Tensor(DType::f32, {2, 16})}, {"topk_idx", idx}});
+  auto r = step(dir_.file("w.st"), dir_.file("dup.st"));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("topk_idx: token 1 names expert 4 twice"), std::string::npos) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(dir_.file("o.st")));
   EXPECT_NE(moe("--help").out.find("step"), std::string::npos);
   EXPECT_NE(moe("step --help").out.find("--weights"), std::string::npos);
 }

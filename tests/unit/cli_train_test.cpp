@@ -84,12 +84,50 @@ TEST_F(CliTrain, ErrorsAreNamedAndExitNonZero) {
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find("at step 2"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("last good checkpoint"), std::string::npos) << r.err;
+  EXPECT_EQ(testing::read_bytes(dir_.file("d/latest")), "ckpt-00000001.safetensors\n");
   r = moe("train " + cfg() + " emb_dim=32 --resume " + dir_.file("d"));
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find("the config needs [32, 4]"), std::string::npos) << r.err;
   r = moe("train " + cfg() + " --resume " + dir_.file("missing"));
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find("no checkpoint"), std::string::npos) << r.err;
+}
+
+TEST_F(CliTrain, UntilMustBeAStep) {
+  for (const char* until : {"--until=0", "--until=-5", "--until -5"}) {
+    auto r = moe("train " + cfg() + " " + until);
+    EXPECT_EQ(r.exit_code, 1) << until;
+    EXPECT_NE(r.err.find("expected a step >= 1"), std::string::npos) << until << "\n" << r.err;
+    EXPECT_EQ(r.out.find("summary"), std::string::npos) << r.out;
+  }
+}
+
+// Paths that cannot be directories: clear errors naming the path, before any
+// step runs (not std::filesystem errors, not a write failure at the end).
+TEST_F(CliTrain, UnusablePathsAreNamedErrors) {
+  const std::string file = dir_.file("a_file");
+  std::ofstream(file) << "x";
+  auto r = moe("train " + cfg() + " checkpoint_dir=" + file);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("checkpoint_dir: '" + file + "' exists and is not a directory"), std::string::npos)
+      << r.err;
+  EXPECT_EQ(r.out.find("step 2/6"), std::string::npos) << "ran steps before failing: " << r.out;
+  r = moe("train " + cfg() + " checkpoint_dir=" + file + "/sub");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("'" + file + "' is not a directory"), std::string::npos) << r.err;
+  r = moe("train " + cfg() + " metrics_file=" + file + "/m.jsonl");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("metrics_file " + file + "/m.jsonl: '" + file + "' exists and is not a directory"),
+            std::string::npos)
+      << r.err;
+  const std::string bench = "bench --dist --iters 1 --warmup 0 --tokens 16 emb_dim=64 moe_mlp_dim=32 ";
+  r = moe(bench + "--variant compute_only_ep2_chunks4 --trace-dir " + file + "/t");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(
+      r.err.find("--trace-dir: cannot create directory '" + file + "/t': '" + file + "' is not a directory"),
+      std::string::npos)
+      << r.err;
+  EXPECT_EQ(r.err.find("filesystem error"), std::string::npos) << r.err;
 }
 
 }  // namespace

@@ -1,11 +1,13 @@
 // The layer against the independent naive f64 formulation (MoeLoopBlock), and
 // its gradients against finite differences of that formulation.
+#include "moe/layer.h"
+
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
-#include "moe/layer.h"
 #include "testing/levels.h"
 #include "testing/naive_moe.h"
 #include "testing/tensors.h"
@@ -206,14 +208,20 @@ TEST(Layer, BadInputsAreClearErrors) {
   Tensor bad = testing::uniform({3, cfg.emb_dim + 1}, 1);
   EXPECT_THROW(layer_forward(cfg, w, bad, nullptr, out), Error);
   Tensor x = testing::uniform({3, cfg.emb_dim}, 1);
-  Tensor forced(DType::i32, {3, 2});
-  forced.data<int32_t>()[3] = 7;  // expert 7 of 4
-  try {
-    layer_forward(cfg, w, x, &forced, out);
-    FAIL();
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("topk_idx"), std::string::npos) << e.what();
-  }
+  auto forced_error = [&](std::vector<int32_t> ids) {
+    Tensor forced = Tensor::empty(DType::i32, {3, 2});
+    std::copy(ids.begin(), ids.end(), forced.data<int32_t>());
+    try {
+      layer_forward(cfg, w, x, &forced, out);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  std::string e = forced_error({0, 1, 2, 7, 1, 2});  // expert 7 of 4
+  EXPECT_NE(e.find("topk_idx: token 1 slot 1 names expert 7, expected 0 <= id < 4"), std::string::npos) << e;
+  e = forced_error({0, 1, 3, 2, 2, 2});  // token 2 routed twice to expert 2
+  EXPECT_NE(e.find("topk_idx: token 2 names expert 2 twice (slots 0 and 1)"), std::string::npos) << e;
 }
 
 }  // namespace

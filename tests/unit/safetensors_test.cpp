@@ -213,6 +213,19 @@ TEST_F(SafetensorsTest, BadJson) {
   expect_contains(corrupt_error("{\"a\": \"\xff\"}"), {path, "not valid JSON"});  // not UTF-8
 }
 
+// Found by fuzzing: nlohmann-json throws out_of_range (not parse_error) for a
+// number that overflows a double; it must leave as a moe::Error naming the file.
+TEST_F(SafetensorsTest, NumberOverflowIsANamedError) {
+  const std::string d4(4, '\0');
+  expect_contains(corrupt_error(R"({"w": {"dtype": "F32", "shape": [1e400], "data_offsets": [0, 4]}})", d4),
+                  {path, "not valid JSON", "1e400"});
+  expect_contains(corrupt_error(R"({"__metadata__": {"k": -1e400}})"), {path, "not valid JSON"});
+  expect_contains(
+      corrupt_error(R"({"w": {"dtype": "F32", "shape": [1], "data_offsets": [0, 99999999999999999999]}})",
+                    d4),
+      {path, "tensor 'w'", "data_offsets end"});
+}
+
 TEST_F(SafetensorsTest, DuplicateNames) {
   std::string h = "{" + entry("a", "F32", "[1]", 0, 4) + ", " + entry("a", "F32", "[1]", 4, 8) + "}";
   expect_contains(corrupt_error(h, std::string(8, '\0')), {path, "duplicate tensor name 'a'"});

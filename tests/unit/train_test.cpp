@@ -213,6 +213,47 @@ TEST(Train, NonFiniteLossStopsAndKeepsTheLastGoodCheckpoint) {
   EXPECT_EQ(train::load_checkpoint(d.path(), c).step, 1);  // loads: finite and whole
 }
 
+// After --resume, with no checkpoint written yet, the last good one is the one resumed from.
+TEST(Train, NonFiniteAfterResumeNamesTheResumedCheckpoint) {
+  TempDir d;
+  TrainOptions until1;
+  until1.stop_at = 1;
+  run_training(tiny({"checkpoint_dir=" + d.path()}), until1);
+  TrainOptions resume;
+  resume.resume_dir = d.path();
+  std::string e;
+  try {
+    run_training(tiny({"learning_rate=1e30", "warmup_steps=0"}), resume);
+  } catch (const NonFiniteError& err) {
+    e = err.what();
+  }
+  EXPECT_NE(e.find("non-finite"), std::string::npos) << e;
+  EXPECT_NE(e.find("last good checkpoint: " + d.file(train::checkpoint_file_name(1))), std::string::npos)
+      << e;
+  EXPECT_EQ(testing::read_bytes(d.file("latest")), train::checkpoint_file_name(1) + "\n");
+}
+
+// Temporary files a killed writer left ("ckpt-*.safetensors.tmp.*", "latest.tmp.*") go when a run starts
+// and at every keep-rotation; other files stay.
+TEST(Checkpoint, StaleTemporaryFilesAreRemoved) {
+  TempDir d;
+  auto leave_temporaries = [&] {
+    testing::write_bytes(d.file("ckpt-00000002.safetensors.tmp.4242.0"), "partial");
+    testing::write_bytes(d.file("latest.tmp.4242.1"), "ckpt-0000");
+  };
+  testing::write_bytes(d.file("notes.txt"), "mine");
+  leave_temporaries();
+  EXPECT_EQ(train::prepare_checkpoint_dir(d.path()), 2);
+  EXPECT_EQ(d.list(), (std::vector<std::string>{"notes.txt"}));
+  leave_temporaries();
+  run_training(tiny({"steps=1", "checkpoint_dir=" + d.path()}), {});  // at start, then after its checkpoint
+  EXPECT_EQ(d.list(), (std::vector<std::string>{"ckpt-00000001.safetensors", "latest", "notes.txt"}));
+  leave_temporaries();
+  Config c = tiny();
+  train::save_checkpoint(d.path(), c, train::load_checkpoint(d.path(), c));  // the rotation
+  EXPECT_EQ(d.list(), (std::vector<std::string>{"ckpt-00000001.safetensors", "latest", "notes.txt"}));
+}
+
 TEST(Metrics, EveryLineHasTheRequiredFields) {
   TempDir d;
   run_training(tiny({"steps=3", "metrics_file=" + d.file("m.jsonl")}), {});

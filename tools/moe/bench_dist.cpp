@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <filesystem>
 #include <utility>
 
 #include "bench/dist_bench.h"
@@ -39,7 +38,7 @@ void run(const BenchDistArgs& a, Communicator& w) {
   if (o.tokens < 1) fail("--tokens must be >= 1 (got ", o.tokens, ")");
   if (!a.json.empty()) check_output_dir(a.json, "--json");
   const bool root = w.rank() == 0;
-  if (root && !a.trace_dir.empty()) std::filesystem::create_directories(a.trace_dir);
+  if (root && !a.trace_dir.empty()) ensure_directory(a.trace_dir, "--trace-dir");
   if (root) {
     std::printf(
         "moe bench --dist: T=%lld per rank, D=%lld F=%lld E=%lld K=%lld dtype=%s, %d rank(s), %d iters, "

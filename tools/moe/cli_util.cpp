@@ -9,29 +9,30 @@
 
 namespace moe::cli {
 
+namespace {
+std::unique_ptr<Communicator>& world_slot() {
+  static std::unique_ptr<Communicator> w;
+  return w;
+}
+}  // namespace
+
 Communicator& world() {
-  static std::unique_ptr<Communicator> w = make_world_comm();
+  std::unique_ptr<Communicator>& w = world_slot();
+  if (!w) w = make_world_comm();
   return *w;
 }
 
+Communicator* world_if_made() { return world_slot().get(); }
+
 void check_output_dir(const std::string& path, const char* option) {
   const std::filesystem::path dir = std::filesystem::path(path).parent_path();
-  if (!dir.empty() && !std::filesystem::is_directory(dir))
+  std::error_code ec;
+  if (!dir.empty() && !std::filesystem::is_directory(dir, ec))
     fail(option, " ", path, ": directory '", dir.string(), "' does not exist");
 }
 
 bool distributed(const Config& c) {
   return world().size() > 1 || c.data_parallelism != 1 || c.fsdp_parallelism != 1 || c.expert_parallelism != 1;
-}
-
-void run_collectively(Communicator& w, const std::function<void()>& body) {
-  try {
-    body();
-  } catch (const Error& e) {
-    if (w.size() == 1) throw;
-    std::fflush(stdout);
-    w.abort(e.what());
-  }
 }
 
 Config load(const std::string& path, const std::vector<std::string>& overrides) {

@@ -1,7 +1,6 @@
 // Small helpers shared by the subcommands.
 #pragma once
 
-#include <functional>
 #include <string>
 #include <vector>
 
@@ -13,16 +12,16 @@
 namespace moe::cli {
 
 // The process's world communicator (MPI under mpirun, else single process),
-// made on first use.
+// made on first use. Command bodies that use it run inside
+// moe::run_collectively(world(), ...) (moe/comm.h): under mpirun an exception
+// of any type on any rank ends the whole job, "moe: fatal on rank R: <message>";
+// on one rank it reaches main, which prints it and exits 1.
 Communicator& world();
+// The world if world() made it already, else null (makes nothing).
+Communicator* world_if_made();
 // True when the run must use the distributed layer: several ranks, or any
 // parallelism key other than 1.
 bool distributed(const Config& cfg);
-
-// Runs a command body on every rank: a moe::Error on any rank of a multi-rank
-// job takes the whole job down with its message (never a hang); on one rank
-// it propagates to main, which prints it and exits 1.
-void run_collectively(Communicator& w, const std::function<void()>& body);
 
 // Loads the config file with `key=value` overrides (throws moe::Error listing every problem).
 Config load(const std::string& path, const std::vector<std::string>& overrides);

@@ -38,12 +38,15 @@ void run_single(const Config& cfg, const StepPaths& p) {
   write_step_outputs(cfg, r, dy != nullptr, p.out);
 }
 
+// Under mpirun an error on any rank (config, weights, inputs) ends the whole job.
 void run_step(const StepArgs& a) {
-  Config cfg = load(a.config, a.overrides);
-  if (distributed(cfg) || !a.paths.trace.empty())
-    run_step_distributed(cfg, a.paths);
-  else
-    run_single(cfg, a.paths);
+  run_collectively(world(), [&] {
+    Config cfg = load(a.config, a.overrides);
+    if (distributed(cfg) || !a.paths.trace.empty())
+      run_step_distributed(cfg, a.paths);
+    else
+      run_single(cfg, a.paths);
+  });
 }
 }  // namespace
 
@@ -70,7 +73,7 @@ void add_step(CLI::App& app) {
   CLI::App* c = app.add_subcommand(
       "step",
       "Run one layer step: forward, and backward when the inputs hold dy.\n"
-      "Inputs file: x [T, D]; optional dy [T, D]; optional topk_idx [T, K] i32 (forced routing).\n"
+      "Inputs file: x [T, D]; optional dy [T, D]; optional topk_idx [T, K] i32 (forced routing, K distinct ids per token).\n"
       "Outputs file: y, topk_idx, topk_weights, group_sizes, aux.load_balance_loss, aux.z_loss,\n"
       "and with dy: grad.x and grad.<weight name> for every weight (f32).\n"
       "Under mpirun the layer runs distributed (parallelism keys); rank 0 reads and writes the files.");

@@ -21,6 +21,7 @@ struct TrainArgs {
   std::vector<std::string> words;  // [CONFIG] then key=value overrides
   std::string resume;
   int64_t until = -1;
+  bool until_given = false;
 };
 
 LoadedConfig resolve(const std::vector<std::string>& words) {
@@ -89,6 +90,7 @@ void train(const LoadedConfig& loaded, const TrainArgs& a, bool root, Communicat
 void run_train(const TrainArgs& a) {
   Communicator& w = world();
   run_collectively(w, [&] {
+    if (a.until_given && a.until < 1) fail("--until ", a.until, ": expected a step >= 1");
     LoadedConfig loaded = resolve(a.words);
     const bool dist = distributed(loaded.config);
     train(loaded, a, w.rank() == 0, dist ? &w : nullptr);
@@ -105,9 +107,9 @@ void add_train(CLI::App& app) {
       "Without CONFIG the embedded default config runs; key=value overrides apply either way.");
   c->add_option("CONFIG_AND_OVERRIDES", a->words, "[CONFIG.yaml] then key=value overrides");
   c->add_option("--resume", a->resume, "Continue from the latest checkpoint in DIR (bit-exact)");
-  c->add_option(
+  CLI::Option* until = c->add_option(
       "--until", a->until,
-      "Stop after this step (checkpointing it) without changing the schedule, which `steps` defines");
+      "Stop after this step (>= 1; checkpointing it) without changing the schedule, which `steps` defines");
   c->footer("Show the embedded default config: moe train --print-default-config");
   c->add_flag_callback(
       "--print-default-config",
@@ -116,7 +118,10 @@ void add_train(CLI::App& app) {
         throw CLI::Success();
       },
       "Print the embedded default config and exit");
-  c->callback([a] { run_train(*a); });
+  c->callback([a, until] {
+    a->until_given = until->count() > 0;
+    run_train(*a);
+  });
 }
 
 }  // namespace moe::cli

@@ -99,9 +99,6 @@ void run(const Config& cfg, const StepPaths& p, Communicator& w) {
 
 }  // namespace
 
-void run_step_distributed(const Config& cfg, const StepPaths& paths) {
-  Communicator& w = world();
-  run_collectively(w, [&] { run(cfg, paths, w); });
-}
+void run_step_distributed(const Config& cfg, const StepPaths& paths) { run(cfg, paths, world()); }
 
 }  // namespace moe::cli

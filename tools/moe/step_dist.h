@@ -26,6 +26,7 @@ void write_step_outputs(const Config& cfg, const StepResult& r, bool backward, c
 // engine), on any number of ranks (one rank equals the single-process layer
 // bit for bit). With paths.trace: the step trace of every rank gathered on
 // rank 0 and written as Chrome trace JSON (one track per engine per rank).
+// Call inside run_collectively (an error on one rank must end the job).
 void run_step_distributed(const Config& cfg, const StepPaths& paths);
 
 }  // namespace moe::cli
