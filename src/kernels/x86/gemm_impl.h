@@ -492,7 +492,6 @@ struct DrhsGroup {
   int64_t kblocks() const { return (Kc + KB - 1) / KB; }
   int64_t a_jobs() const { return kblocks(); }
   int64_t pack_jobs() const { return a_jobs() + panels(); }
-  int64_t tiles() const { return panels() * kblocks(); }
   size_t a_words() const { return size_t(kblocks() * P() * KB); }
   size_t b_words() const { return size_t(panels() * panel_words()); }
 
@@ -508,12 +507,26 @@ struct DrhsGroup {
     }
   }
 
+  // Tiles run in blocks of dout panels of at most kPanelBlockBytes: for each
+  // lhs^T block, every panel of the block, so an lhs^T block is read once per
+  // panel block (not once per panel) while the panel block stays in L2.
   // Napkin: a tile block reads its dout panel (P * kB * NR words) and its lhs^T
   // block (P * KB words, contiguous: the rows of a step are 4 bytes apart, the
   // steps KB * 4 bytes) for 2 * KB * NR * (r1 - r0) flops.
+  static constexpr int64_t kPanelBlockBytes = 512 << 10;
+  int64_t panels_per_block() const {
+    return std::clamp<int64_t>(kPanelBlockBytes / (panel_words() * 4), 1, panels());
+  }
+  int64_t tiles() const {
+    const int64_t pb = panels_per_block();
+    return (panels() + pb - 1) / pb * kblocks() * pb;
+  }
   void run(int64_t t0, int64_t t1) const {
+    const int64_t pb = panels_per_block();
     for (int64_t t = t0; t < t1; ++t) {
-      const int64_t pi = t / kblocks(), kb = t % kblocks(), k0 = kb * KB, c0 = pi * NR;
+      const int64_t block = t / (kblocks() * pb), kb = t / pb % kblocks(), pi = block * pb + t % pb;
+      if (pi >= panels()) continue;  // the last panel block may be short
+      const int64_t k0 = kb * KB, c0 = pi * NR;
       const AView a{reinterpret_cast<const std::byte*>(ap + kb * P() * KB), 4, KB * 4};
       run_rows<V, Step, S::MR, S::NV>(a, 0, std::min(KB, Kc - k0), bp + pi * panel_words(), P(), false,
                                       G + k0 * N + c0, N, std::min<int64_t>(NR, N - c0), nullptr, stream,

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Benchmarks every kernel level this CPU runs (docs/benchmarks.md, "Kernel levels"): `moe bench`
+# at MOE_GEMM_ISA=<level> beside oneDNN limited to the same level (ONEDNN_MAX_CPU_ISA), so each
+# level's ratios against the dense baseline are measured in one run, on one machine.
+# Usage: scripts/bench_levels.sh [ITERS] [OUT_DIR]   (after scripts/build.sh)
+# Writes OUT_DIR/<level>_<dtype>.json (default out/bench_levels) and prints each table.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+iters=${1:-5}
+out=${2:-out/bench_levels}
+mkdir -p "$out"
+onednn_isa() {
+  case $1 in
+    avx2) echo AVX2 ;;
+    avx512) echo AVX512_CORE ;;
+    avx512_bf16) echo AVX512_CORE_BF16 ;;
+  esac
+}
+for level in avx2 avx512 avx512_bf16; do
+  if ! MOE_GEMM_ISA=$level build/moe --help >/dev/null 2>&1; then
+    echo "== $level: skipped (this CPU or build lacks it)"
+    continue
+  fi
+  for dtype in f32 bf16; do
+    echo "== $level $dtype (ONEDNN_MAX_CPU_ISA=$(onednn_isa "$level"))"
+    MOE_GEMM_ISA=$level ONEDNN_MAX_CPU_ISA=$(onednn_isa "$level") build/moe bench --dtype "$dtype" \
+      --case seed-mixtral --case many-experts --case gemma-like --iters "$iters" --warmup 1 \
+      --json "$out/${level}_${dtype}.json"
+  done
+done
