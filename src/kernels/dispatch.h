@@ -21,6 +21,13 @@ namespace moe::kernels {
 
 using GemmFn = void (*)(const Tensor&, const Tensor&, const GroupLayout&, int64_t, Tensor&);
 
+// The per-step constants of one AdamW update (train/optimizer.h has the formula).
+struct AdamWStep {
+  float b1, a1, b2, a2;  // beta1, 1 - beta1, beta2, 1 - beta2
+  float c1, c2;          // bias corrections 1 / (1 - beta^t)
+  float lr, eps, wd;     // wd: lr * weight_decay, or 0 for parameters without decay
+};
+
 struct Table {
   Isa isa;
   // Grouped GEMM (arguments checked by the callers in grouped_gemm.cpp).
@@ -43,6 +50,8 @@ struct Table {
   void (*act_forward)(Activation, const float* g, const float* u, float* a, int64_t n);
   void (*act_backward)(Activation, const float* g, const float* u, const float* d, float* dg, float* du,
                        int64_t n);
+  // AdamW on n contiguous parameters p with gradients g and moments m, v (in place).
+  void (*adamw)(float* p, const float* g, float* m, float* v, int64_t n, const AdamWStep& k);
 };
 
 // The table of `isa` (REQUIRES: isa_supported(isa)).

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 
@@ -86,6 +87,16 @@ void loop_act_backward(Activation act, const float* g, const float* u, const flo
   }
 }
 
+// Element by element, in this order of operations (the bits of the scalar loop).
+void loop_adamw(float* p, const float* g, float* m, float* v, int64_t n, const AdamWStep& k) {
+  for (int64_t i = 0; i < n; ++i) {
+    m[i] = k.b1 * m[i] + k.a1 * g[i];
+    v[i] = k.b2 * v[i] + k.a2 * g[i] * g[i];
+    const float update = (m[i] * k.c1) / (std::sqrt(v[i] * k.c2) + k.eps);
+    p[i] -= k.lr * update + k.wd * p[i];
+  }
+}
+
 // A table of the portable loops for `isa`, GEMM entries left to the caller.
 Table portable_table(Isa isa) {
   Table t{};
@@ -104,6 +115,7 @@ Table portable_table(Isa isa) {
   t.bf16_to_f32 = loop_bf16_to_f32;
   t.act_forward = loop_act_forward;
   t.act_backward = loop_act_backward;
+  t.adamw = loop_adamw;
   return t;
 }
 

@@ -2,6 +2,9 @@
 
 #include <cmath>
 
+#include "kernels/dispatch.h"
+#include "moe/thread_pool.h"
+
 namespace moe::train {
 
 void adamw_update(float* p, const float* g, float* m, float* v, int64_t n, int64_t t, const AdamWHyper& h,
@@ -11,12 +14,11 @@ void adamw_update(float* p, const float* g, float* m, float* v, int64_t n, int64
   const float c1 = float(1.0 / (1.0 - std::pow(h.beta1, double(t))));
   const float c2 = float(1.0 / (1.0 - std::pow(h.beta2, double(t))));
   const float lr = float(h.lr), eps = float(h.eps), wd = decay ? float(h.lr * h.weight_decay) : 0.0f;
-  for (int64_t i = 0; i < n; ++i) {
-    m[i] = b1 * m[i] + a1 * g[i];
-    v[i] = b2 * v[i] + a2 * g[i] * g[i];
-    const float update = (m[i] * c1) / (std::sqrt(v[i] * c2) + eps);
-    p[i] -= lr * update + wd * p[i];
-  }
+  // Element-wise: the active kernel level's vector loop (the same bits at every level and for
+  // any split of the elements over the compute pool).
+  const kernels::AdamWStep k{b1, a1, b2, a2, c1, c2, lr, eps, wd};
+  const auto update = kernels::table().adamw;
+  parallel_for(n, 1 << 14, [&](int64_t b, int64_t e) { update(p + b, g + b, m + b, v + b, e - b, k); });
 }
 
 double learning_rate_at(const Config& cfg, int64_t step) {
