@@ -71,6 +71,21 @@ struct WidenStep {
   MOE_INLINE static F madd(F acc, F a, F b) { return V::fma(a, b, acc); }
 };
 
+// A tile shape: the reduction step and MR rows x NV vectors of columns.
+template <class StepT, int kRows, int kVectors>
+struct TileShape {
+  using Step = StepT;
+  static constexpr int MR = kRows, NV = kVectors;
+};
+
+// A level: its vector traits and the tile shape of each input type.
+template <class Vec, class F32Shape, class Bf16Shape>
+struct Level {
+  using V = Vec;
+  template <class T>
+  using Shape = std::conditional_t<std::is_same_v<T, float>, F32Shape, Bf16Shape>;
+};
+
 MOE_INLINE uint32_t load_word(const std::byte* p) {
   uint32_t w;
   std::memcpy(&w, p, 4);

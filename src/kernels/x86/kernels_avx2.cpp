@@ -1,5 +1,5 @@
 // The avx2 level (AVX2 + FMA, 8 f32 lanes, 16 registers): f32 tiles of 6 x 16
-// with FMA; bf16 widened to f32 (WidenStep) on the same tiles.
+// with FMA; bf16 widened to f32 (WidenStep) on tiles of 5 x 16.
 #include "kernels/x86/kernel_headers.h"
 
 #include "kernels/x86/target_avx2.h"
@@ -11,22 +11,9 @@
 
 namespace moe::x86 {
 namespace {
-// 6 x 2 vectors: 12 accumulators of the 16 ymm registers.
-struct ShapeF32 {
-  using Step = F32Step<Avx2>;
-  static constexpr int MR = 6, NV = 2;
-};
-// Widened bf16: 5 x 2 vectors (10 accumulators + 2 B vectors + the operand and
-// the high-half mask; 6 rows spill accumulators).
-struct ShapeWiden {
-  using Step = WidenStep<Avx2>;
-  static constexpr int MR = 5, NV = 2;
-};
-struct LevelAvx2 {
-  using V = Avx2;
-  template <class T>
-  using Shape = std::conditional_t<std::is_same_v<T, float>, ShapeF32, ShapeWiden>;
-};
+// f32: 6 x 2 vectors (12 accumulators of the 16 ymm registers). Widened bf16: 5 x 2 (10
+// accumulators + 2 B vectors + the operand and the high-half mask; 6 rows spill accumulators).
+using LevelAvx2 = Level<Avx2, TileShape<F32Step<Avx2>, 6, 2>, TileShape<WidenStep<Avx2>, 5, 2>>;
 }  // namespace
 
 const kernels::Table& table_avx2() {

@@ -11,21 +11,9 @@
 
 namespace moe::x86 {
 namespace {
-// 12 x 2 vectors: 24 accumulators of the 32 zmm registers (B panel Kc * 128
-// bytes for f32: 512 KiB at Kc = 4096, fits L2).
-struct ShapeF32 {
-  using Step = F32Step<Avx512>;
-  static constexpr int MR = 12, NV = 2;
-};
-struct ShapeWiden {
-  using Step = WidenStep<Avx512>;
-  static constexpr int MR = 12, NV = 2;
-};
-struct LevelAvx512 {
-  using V = Avx512;
-  template <class T>
-  using Shape = std::conditional_t<std::is_same_v<T, float>, ShapeF32, ShapeWiden>;
-};
+// 12 x 2 vectors: 24 accumulators of the 32 zmm registers (B panel Kc * 128 bytes for f32:
+// 512 KiB at Kc = 4096, fits L2), for f32 and widened bf16 alike.
+using LevelAvx512 = Level<Avx512, TileShape<F32Step<Avx512>, 12, 2>, TileShape<WidenStep<Avx512>, 12, 2>>;
 }  // namespace
 
 const kernels::Table& table_avx512() {

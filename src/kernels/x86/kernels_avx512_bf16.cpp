@@ -31,19 +31,8 @@ struct DpStep {
   }
 };
 
-struct ShapeF32 {
-  using Step = F32Step<Avx512>;
-  static constexpr int MR = 12, NV = 2;
-};
-struct ShapeDp {
-  using Step = DpStep;
-  static constexpr int MR = 6, NV = 4;
-};
-struct LevelAvx512Bf16 {
-  using V = Avx512;
-  template <class T>
-  using Shape = std::conditional_t<std::is_same_v<T, float>, ShapeF32, ShapeDp>;
-};
+// f32 as at avx512; bf16 pairs on 6 x 4 vectors.
+using LevelAvx512Bf16 = Level<Avx512, TileShape<F32Step<Avx512>, 12, 2>, TileShape<DpStep, 6, 4>>;
 }  // namespace
 
 const kernels::Table& table_avx512_bf16() {
