@@ -1,5 +1,11 @@
 #include "train/checkpoint.h"
 
+#include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -39,15 +45,28 @@ std::vector<fs::path> list_checkpoints(const std::string& dir) {
   return out;
 }
 
+// Whether the temporary file `name` ("<file>.tmp.<pid>.<n>", io/atomic_file.cpp)
+// belongs to another process of this host that is still running: a second
+// trainer writing into the same directory must not lose its file mid-write.
+bool written_by_live_process(const std::string& name) {
+  const size_t at = name.rfind(".tmp.");
+  if (at == std::string::npos) return false;
+  const long pid = std::strtol(name.c_str() + at + 5, nullptr, 10);
+  if (pid <= 0 || pid == long(::getpid())) return false;
+  return ::kill(pid_t(pid), 0) == 0 || errno == EPERM;
+}
+
 // Temporary files of write_file_atomic left in `dir` by a process killed
-// mid-write: "ckpt-*.safetensors.tmp.*" and "latest.tmp.*". Never a
-// checkpoint: list_checkpoints and `latest` only name finished files.
+// mid-write: "ckpt-*.safetensors.tmp.*" and "latest.tmp.*" (not those of a
+// live process). Never a checkpoint: list_checkpoints and `latest` only name
+// finished files.
 std::vector<fs::path> stale_temporaries(const std::string& dir) {
   std::vector<fs::path> out;
   for (const auto& e : fs::directory_iterator(dir)) {
     const std::string n = e.path().filename().string();
-    if ((n.rfind("ckpt-", 0) == 0 && n.find(".safetensors.tmp.") != std::string::npos) ||
-        n.rfind("latest.tmp.", 0) == 0)
+    if (((n.rfind("ckpt-", 0) == 0 && n.find(".safetensors.tmp.") != std::string::npos) ||
+         n.rfind("latest.tmp.", 0) == 0) &&
+        !written_by_live_process(n))
       out.push_back(e.path());
   }
   return out;

@@ -4,6 +4,7 @@
 #include "moe/train.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <fstream>
@@ -238,8 +239,9 @@ TEST(Train, NonFiniteAfterResumeNamesTheResumedCheckpoint) {
 TEST(Checkpoint, StaleTemporaryFilesAreRemoved) {
   TempDir d;
   auto leave_temporaries = [&] {
-    testing::write_bytes(d.file("ckpt-00000002.safetensors.tmp.4242.0"), "partial");
-    testing::write_bytes(d.file("latest.tmp.4242.1"), "ckpt-0000");
+    // pid 2147483000: above any pid_max, so no live process wrote these.
+    testing::write_bytes(d.file("ckpt-00000002.safetensors.tmp.2147483000.0"), "partial");
+    testing::write_bytes(d.file("latest.tmp.2147483000.1"), "ckpt-0000");
   };
   testing::write_bytes(d.file("notes.txt"), "mine");
   leave_temporaries();
@@ -252,6 +254,16 @@ TEST(Checkpoint, StaleTemporaryFilesAreRemoved) {
   Config c = tiny();
   train::save_checkpoint(d.path(), c, train::load_checkpoint(d.path(), c));  // the rotation
   EXPECT_EQ(d.list(), (std::vector<std::string>{"ckpt-00000001.safetensors", "latest", "notes.txt"}));
+}
+
+// A temporary file of a live process (another trainer writing into the same directory) is
+// not stale: removing it would make that process's rename fail mid-checkpoint.
+TEST(Checkpoint, TemporaryFileOfALiveProcessIsKept) {
+  TempDir d;
+  const std::string live = "ckpt-00000002.safetensors.tmp." + std::to_string(::getppid()) + ".0";
+  testing::write_bytes(d.file(live), "partial");
+  EXPECT_EQ(train::prepare_checkpoint_dir(d.path()), 0);
+  EXPECT_EQ(d.list(), (std::vector<std::string>{live}));
 }
 
 TEST(Metrics, EveryLineHasTheRequiredFields) {
