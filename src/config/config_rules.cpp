@@ -1,5 +1,8 @@
 // The rules a resolved Config must satisfy (SPEC.md §3, §5, §6, §7), the
 // offload-target parser. Every message starts with the key it is about.
+#include <unistd.h>
+
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <set>
@@ -126,6 +129,42 @@ void check_train(Problems& out, const Config& c) {
     add(out, "checkpoint_period=", c.checkpoint_period, " requires checkpoint_dir");
 }
 
+// This machine's physical memory in bytes (0 when unknown).
+uint64_t physical_memory_bytes() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page > 0 ? uint64_t(pages) * uint64_t(page) : 0;
+}
+
+// Resources before work: the expert weights one rank holds (E / expert_parallelism experts of
+// wi_0, wi_1 and wo, in the stored dtype, plus the f32 router) must fit this machine's memory,
+// and their element counts must not overflow 64 bits. Only when the layer keys are valid.
+void check_resources(Problems& out, const Config& c) {
+  if (c.num_experts <= 0 || c.emb_dim <= 0 || c.moe_mlp_dim <= 0 || c.expert_parallelism <= 0) return;
+  using U128 = unsigned __int128;
+  constexpr U128 kCap = U128(1) << 100;  // saturate: far above 2^63, far below the type's range
+  const auto mul = [&](U128 a, uint64_t b) { return b != 0 && a > kCap / b ? kCap : std::min(a * b, kCap); };
+  const uint64_t experts = uint64_t((c.num_experts + c.expert_parallelism - 1) / c.expert_parallelism);
+  const U128 bytes =
+      mul(mul(mul(mul(experts, uint64_t(c.emb_dim)), uint64_t(c.moe_mlp_dim)), 3), dtype_size(c.weight_dtype)) +
+      mul(mul(uint64_t(c.emb_dim), uint64_t(c.num_experts)), 4);
+  const auto gib = [](long double b) {
+    std::ostringstream os;
+    os.precision(3);
+    os << b / (1024.0L * 1024.0L * 1024.0L) << " GiB";
+    return os.str();
+  };
+  if (bytes >> 63) {
+    add(out, "moe_mlp_dim, emb_dim, num_experts: the expert weights of one rank would need more than 2^63 bytes",
+        " (num_experts=", c.num_experts, ", emb_dim=", c.emb_dim, ", moe_mlp_dim=", c.moe_mlp_dim, ")");
+    return;
+  }
+  const uint64_t mem = physical_memory_bytes();
+  if (mem > 0 && bytes > mem)
+    add(out, "moe_mlp_dim, emb_dim, num_experts: the expert weights of one rank need ", uint64_t(bytes), " bytes (",
+        gib((long double)bytes), ", ", uint64_t(experts), " experts x 3 x ", c.emb_dim, " x ", c.moe_mlp_dim, " x ",
+        dtype_size(c.weight_dtype), " bytes), but this machine has ", mem, " bytes of memory (", gib(mem), ")");
+}
+
 constexpr std::array<const char*, 3> kOffloadTargets{"fsdp_all_gather", "ep_collectives", "ragged_sort"};
 
 
@@ -161,6 +200,7 @@ std::vector<std::string> config_problems(const Config& c) {
   check_parallelism(out, c);
   check_offload(out, c);
   check_train(out, c);
+  check_resources(out, c);
   return out;
 }
 

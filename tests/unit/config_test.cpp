@@ -230,6 +230,19 @@ TEST(ConfigRules, ProblemsOnAProgrammaticConfig) {
   EXPECT_PROBLEM(config_problems(c), "num_experts_per_tok must be <= num_experts");
 }
 
+// Resources before work: expert weights larger than this machine's memory, or past 2^63 bytes
+// (element counts that would overflow), fail at validation with the bytes needed.
+TEST(ConfigRules, WeightsThatCannotFitAreRefusedBeforeWork) {
+  Config c;
+  c.num_experts = 8, c.num_experts_per_tok = 2, c.emb_dim = 64, c.moe_mlp_dim = 1000000000000;
+  EXPECT_PROBLEM(config_problems(c), "the expert weights of one rank need 6144000000002048 bytes");
+  EXPECT_PROBLEM(config_problems(c), "bytes of memory");
+  c.num_experts = 4000000000000000000, c.emb_dim = 4000000000000000000;
+  EXPECT_PROBLEM(config_problems(c), "would need more than 2^63 bytes");
+  c.num_experts = 8, c.emb_dim = 64, c.moe_mlp_dim = 128;
+  EXPECT_TRUE(config_problems(c).empty());
+}
+
 TEST(ConfigOffload, ParseTargets) {
   using V = std::vector<std::string>;
   EXPECT_EQ(parse_offload_targets(""), V{});
