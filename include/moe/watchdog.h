@@ -35,6 +35,21 @@ void apply_collective_timeout(double seconds);
 using WatchdogAbort = void (*)(const std::string& msg);
 void set_watchdog_abort(WatchdogAbort fn);
 
+// Names what the calling thread is doing, for the message of any WatchedWait
+// it enters meanwhile: "(<detail>; in A2A:dispatch[2])" (the distributed
+// step's op and token chunk, set by its executor). Nested contexts: the
+// innermost is named.
+class WatchContext {
+ public:
+  explicit WatchContext(std::string label);
+  ~WatchContext();
+  WatchContext(const WatchContext&) = delete;
+  WatchContext& operator=(const WatchContext&) = delete;
+
+ private:
+  std::string saved_;
+};
+
 // Marks the calling thread as waiting in `op` (a static string) from
 // construction to destruction. `detail` (bytes, event name) goes into the
 // message. collective: false for side-engine waits (a collective that expires

@@ -11,6 +11,7 @@
 #include <map>
 #include <mutex>
 #include <thread>
+#include <utility>
 
 #include "moe/error.h"
 
@@ -18,6 +19,8 @@ namespace moe {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+thread_local std::string t_context;  // WatchContext's label on this thread
 
 struct Wait {
   const char* op;
@@ -88,13 +91,29 @@ bool find_expired(Registry& r, double timeout, Wait& out) {
   return found;
 }
 
-// Scans every 1/10 of the timeout (at most 100 ms apart, at least 1 ms).
+// Restarts every wait's clock: this process was not running (SIGSTOP, a
+// suspended job), so its waits say nothing about its peers. A rank stopped
+// inside a collective and then resumed by mpirun's kill sequence (SIGCONT)
+// must not blame the others.
+void restart_clocks(Registry& r) {
+  const auto now = Clock::now();
+  std::lock_guard<std::mutex> lk(r.mu);
+  for (auto& [id, w] : r.waits) w.since = now;
+}
+
+// Scans every 1/10 of the timeout (at most 100 ms apart, at least 1 ms). A
+// sleep that overran by more than 1 s means the process was stopped.
 [[noreturn]] void watch() {
   Registry& r = registry();
   for (;;) {
     const double timeout = r.timeout_s.load();
     const double poll = timeout > 0 ? std::clamp(timeout / 10, 0.001, 0.1) : 0.1;
+    const auto before = Clock::now();
     std::this_thread::sleep_for(std::chrono::duration<double>(poll));
+    if (Clock::now() - before > std::chrono::duration<double>(poll + 1.0)) {
+      restart_clocks(r);
+      continue;
+    }
     Wait w;
     if (timeout > 0 && find_expired(r, timeout, w)) r.abort.load()(expiry_message(w, timeout));
   }
@@ -115,9 +134,14 @@ void apply_collective_timeout(double seconds) {
 
 void set_watchdog_abort(WatchdogAbort fn) { registry().abort = fn ? fn : &exit_with; }
 
+WatchContext::WatchContext(std::string label) : saved_(std::exchange(t_context, std::move(label))) {}
+
+WatchContext::~WatchContext() { t_context = std::move(saved_); }
+
 WatchedWait::WatchedWait(const char* op, std::string detail, bool collective) {
   Registry& r = registry();
   if (r.timeout_s.load() <= 0) return;
+  if (!t_context.empty()) detail += (detail.empty() ? "in " : "; in ") + t_context;
   std::call_once(r.thread_started, [] { std::thread(watch).detach(); });
   std::lock_guard<std::mutex> lk(r.mu);
   id_ = r.next_id++;

@@ -34,6 +34,7 @@ mpirun_took=$(awk "BEGIN { printf \"%.1f\", $returned - $signal_at }")
 if [ $mode = stop ]; then
   echo "$out" | grep -q 'moe: fatal on rank 0: all_reduce_sum (4 B per rank) did not complete within 3 s (collective_timeout_s)' ||
     fail "no watchdog line from rank 0 naming all_reduce_sum"
+  ! echo "$out" | grep -q 'moe: fatal on rank 1' || fail "the stopped rank blamed its peer"
   awk "BEGIN { exit !($took < 10) }" || fail "took $took s from the stop (more than 10 s)"
 fi
 echo "watchdog_np2 $mode: mpirun returned $mpirun_took s and every process was gone $took s after rank 1's signal"

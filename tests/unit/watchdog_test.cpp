@@ -60,6 +60,32 @@ TEST(WatchdogDeathTest, ExpiredCollectiveEndsTheProcessNamingTheOp) {
       "\\(collective_timeout_s\\); the ranks that did not arrive are not known here");
 }
 
+TEST(WatchdogDeathTest, TheMessageNamesTheStepOpAndChunk) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        set_collective_timeout(0.2);
+        WatchContext outer("forward");
+        WatchContext context("A2A:dispatch[1]");
+        WatchedWait w("all_to_allv", "64 B out, 32 B in");
+        std::this_thread::sleep_for(5s);
+      },
+      ::testing::ExitedWithCode(1),
+      "all_to_allv \\(64 B out, 32 B in; in A2A:dispatch\\[1\\]\\) did not complete");
+}
+
+TEST(WatchdogDeathTest, ContextEndsWithItsScope) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        set_collective_timeout(0.2);
+        { WatchContext context("A2A:return[0]"); }
+        WatchedWait w("barrier", "");
+        std::this_thread::sleep_for(5s);
+      },
+      ::testing::ExitedWithCode(1), "fatal on rank 0: barrier did not complete");
+}
+
 TEST(WatchdogDeathTest, SideEngineWaitHasTheSameTimeout) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   EXPECT_EXIT(
