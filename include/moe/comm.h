@@ -21,8 +21,9 @@
 // Failure: an MPI error aborts every rank with the message (an error handler
 // calls MPI_Abort); abort(msg) does the same on purpose, and
 // run_collectively() calls it for any exception of a multi-rank job. If a
-// rank dies, mpirun (OpenMPI default) kills the others: no rank is left
-// hanging.
+// rank dies, mpirun (OpenMPI default) kills the others; if one is stopped or
+// stuck, the collective watchdog (moe/watchdog.h, collective_timeout_s) of a
+// waiting peer ends the job: no rank is left hanging.
 //
 // Thread safety: a Communicator is used by one thread at a time (collectives
 // on one communicator must be issued in the same order on every rank anyway).

@@ -48,6 +48,7 @@ struct Config {
   bool use_ring_of_experts = false;
   int64_t num_moe_token_chunks = 1;
   double ragged_buffer_factor = -1.0;
+  double collective_timeout_s = 300.0;  // the collective watchdog (include/moe/watchdog.h); 0: off
 
   // --- offload (SPEC.md §6) ---
   std::string moe_offload_targets;  // "" | comma list | "all"

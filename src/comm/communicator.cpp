@@ -1,10 +1,12 @@
 // The backend-independent half of Communicator: argument checks, counters,
 // and the deterministic f32 reductions built on the byte-moving primitives.
 #include <cstdio>
+#include <string>
 #include <utility>
 
 #include "moe/comm.h"
 #include "moe/error.h"
+#include "moe/watchdog.h"
 
 namespace moe {
 
@@ -100,6 +102,8 @@ void Communicator::all_to_allv(const void* send, void* recv, const A2ALayout& la
 void Communicator::all_reduce_sum(const float* in, float* out, size_t n) {
   counters_->add(CollKind::AR, int64_t(n * sizeof(float)));
   std::vector<float> staging(size_t(size()) * n);
+  // Named for the watchdog (the transport's own wait says all_gather).
+  WatchedWait w("all_reduce_sum", std::to_string(n * sizeof(float)) + " B per rank");
   do_all_gather(in, staging.data(), n * sizeof(float));
   ordered_sum(staging.data(), size(), n, n, out);
 }
@@ -107,6 +111,7 @@ void Communicator::all_reduce_sum(const float* in, float* out, size_t n) {
 void Communicator::reduce_scatter_sum(const float* in, float* out, size_t block) {
   counters_->add(CollKind::RS, int64_t(size_t(size()) * block * sizeof(float)));
   std::vector<float> staging(size_t(size()) * block);
+  WatchedWait w("reduce_scatter_sum", std::to_string(size_t(size()) * block * sizeof(float)) + " B in");
   do_all_to_allv(in, staging.data(), A2ALayout::uniform(size(), int64_t(block)), sizeof(float));
   ordered_sum(staging.data(), size(), block, block, out);
 }

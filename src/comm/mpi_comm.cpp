@@ -2,6 +2,9 @@
 // MPI_Allgather / MPI_Alltoallv (and their I-variants); element sizes become
 // contiguous MPI datatypes so counts are in elements. Counts and offsets must
 // fit in int (MPI-3): a larger message is an error naming the op.
+// Every collective and every completion wait is a WatchedWait (the collective
+// watchdog, include/moe/watchdog.h): blocking calls stay blocking, the
+// watchdog's thread ends the job from outside when one lasts too long.
 #include "comm/mpi_comm.h"
 
 #include <mpi.h>
@@ -15,6 +18,7 @@
 
 #include "moe/error.h"
 #include "moe/isa.h"
+#include "moe/watchdog.h"
 
 namespace moe {
 namespace {
@@ -29,6 +33,26 @@ void on_mpi_error(MPI_Comm* comm, int* code, ...) {
   std::fflush(stderr);
   MPI_Abort(MPI_COMM_WORLD, 1);
 }
+
+int g_world_rank = -1;  // set once MPI is initialized, read by the watchdog's thread
+
+// The watchdog's expiry action: the message, then every rank goes.
+void abort_on_expiry(const std::string& msg) {
+  std::fprintf(stderr, "moe: fatal on rank %d: %s\n", g_world_rank, msg.c_str());
+  std::fflush(stderr);
+  MPI_Abort(MPI_COMM_WORLD, 1);
+  std::_Exit(1);
+}
+
+// During MPI_Finalize (MPI_Abort may no longer work): the message, then this
+// process exits non-zero, and mpirun ends the others.
+void exit_on_expiry(const std::string& msg) {
+  std::fprintf(stderr, "moe: fatal on rank %d: %s\n", g_world_rank, msg.c_str());
+  std::fflush(stderr);
+  std::_Exit(1);
+}
+
+std::string bytes_text(int64_t bytes, const char* what = "") { return std::to_string(bytes) + " B" + what; }
 
 ThreadLevel level_from_mpi(int provided) {
   if (provided >= MPI_THREAD_MULTIPLE) return ThreadLevel::multiple;
@@ -54,7 +78,10 @@ void agree_on_isa() {
   } catch (const Error& e) {
     own_error = e.what();
   }
-  MPI_Allreduce(&mine, &low, 1, MPI_2INT, MPI_MINLOC, MPI_COMM_WORLD);
+  {
+    WatchedWait w("agree_on_isa all_reduce", "8 B");
+    MPI_Allreduce(&mine, &low, 1, MPI_2INT, MPI_MINLOC, MPI_COMM_WORLD);
+  }
   if (low.level >= 0) return set_active_isa(Isa(low.level));
   if (!own_error.empty()) throw Error(own_error);
   fail("another rank (rank ", low.rank, ") could not choose a kernel level (its error names its ",
@@ -75,6 +102,8 @@ class MpiRuntime {
       MPI_Query_thread(&provided);
     }
     level_ = level_from_mpi(provided);
+    MPI_Comm_rank(MPI_COMM_WORLD, &g_world_rank);
+    set_watchdog_abort(&abort_on_expiry);
     MPI_Comm_create_errhandler(&on_mpi_error, &handler_);
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, handler_);
     try {
@@ -93,7 +122,10 @@ class MpiRuntime {
     MPI_Finalized(&finalized);
     if (finalized) return;
     MPI_Errhandler_free(&handler_);
-    if (owns_) MPI_Finalize();
+    if (!owns_) return;
+    set_watchdog_abort(&exit_on_expiry);  // a peer that never reaches MPI_Finalize
+    WatchedWait w("MPI_Finalize", "");
+    MPI_Finalize();
   }
 
   bool owns_ = false;
@@ -143,7 +175,7 @@ int poll_interval_us() {
   return us;
 }
 
-void polite_wait(MPI_Request* req) {
+void polite_wait(MPI_Request* req) {  // REQUIRES: *req is not MPI_REQUEST_NULL
   using clock = std::chrono::steady_clock;
   const auto spin_until = clock::now() + std::chrono::microseconds(20);
   int done = 0;
@@ -157,10 +189,12 @@ void polite_wait(MPI_Request* req) {
 // Event of one MPI non-blocking call; owns the count arrays MPI reads until completion.
 class MpiRequest : public CommRequest {
  public:
-  explicit MpiRequest(bool polite = false) : polite_(polite) {}
+  MpiRequest(const char* op, std::string detail, bool polite)
+      : op_(op), detail_(std::move(detail)), polite_(polite) {}
   ~MpiRequest() override { wait(); }
   void wait() override {
     if (req_ == MPI_REQUEST_NULL) return;
+    WatchedWait w(op_, detail_);
     if (polite_) polite_wait(&req_);
     else MPI_Wait(&req_, MPI_STATUS_IGNORE);
   }
@@ -168,6 +202,8 @@ class MpiRequest : public CommRequest {
   std::vector<int> sc, so, rc, ro;
 
  private:
+  const char* op_;  // for the watchdog's message
+  std::string detail_;
   bool polite_;
   MPI_Request req_ = MPI_REQUEST_NULL;
 };
@@ -187,9 +223,13 @@ class MpiComm : public Communicator {
   int size() const override { return size_; }
   ThreadLevel thread_level() const override { return rt_->level(); }
   const char* backend() const override { return "mpi"; }
-  void barrier() override { MPI_Barrier(comm_); }
+  void barrier() override {
+    WatchedWait w("barrier", "");
+    MPI_Barrier(comm_);
+  }
 
   void broadcast(void* buf, size_t bytes, int root) override {
+    WatchedWait w("broadcast", bytes_text(int64_t(bytes), " from rank ") + std::to_string(root));
     MPI_Bcast(buf, as_int(int64_t(bytes), "broadcast"), MPI_BYTE, root, comm_);
   }
   void gatherv(const void* send, size_t send_bytes, void* recv, const std::vector<size_t>& recv_bytes,
@@ -200,6 +240,7 @@ class MpiComm : public Communicator {
   std::unique_ptr<Communicator> split(int color, int key) override {
     if (color < 0) fail("[split] color must be >= 0, got ", color);
     MPI_Comm sub;
+    WatchedWait w("split", "");
     MPI_Comm_split(comm_, color, key, &sub);
     auto out = std::make_unique<MpiComm>(rt_, sub, shared_counters());
     out->set_polite_waits(polite_waits());
@@ -219,31 +260,41 @@ class MpiComm : public Communicator {
   void do_all_gather(const void* send, void* recv, size_t block_bytes) override {
     if (polite_waits()) return do_iall_gather(send, recv, block_bytes)->wait();
     int n = as_int(int64_t(block_bytes), "all_gather");
+    WatchedWait w("all_gather", bytes_text(n, " per rank"));
     MPI_Allgather(send, n, MPI_BYTE, recv, n, MPI_BYTE, comm_);
   }
   void do_all_to_allv(const void* send, void* recv, const A2ALayout& l, size_t elem_bytes) override {
     if (polite_waits()) return do_iall_to_allv(send, recv, l, elem_bytes)->wait();
-    MpiRequest r;
+    MpiRequest r("all_to_allv", "", false);
     fill_counts(r, l);
     ElemType t(elem_bytes);
+    WatchedWait w("all_to_allv", a2a_text(l, elem_bytes));
     MPI_Alltoallv(send, r.sc.data(), r.so.data(), t.get(), recv, r.rc.data(), r.ro.data(), t.get(), comm_);
   }
   CommRequestPtr do_iall_gather(const void* send, void* recv, size_t block_bytes) override {
-    auto r = std::make_unique<MpiRequest>(polite_waits());
     int n = as_int(int64_t(block_bytes), "iall_gather");
+    auto r = std::make_unique<MpiRequest>("all_gather wait", bytes_text(n, " per rank"), polite_waits());
     MPI_Iallgather(send, n, MPI_BYTE, recv, n, MPI_BYTE, comm_, r->handle());
     return r;
   }
-  CommRequestPtr do_iall_to_allv(const void* send, void* recv, const A2ALayout& l, size_t elem_bytes) override {
-    auto r = std::make_unique<MpiRequest>(polite_waits());
+  CommRequestPtr do_iall_to_allv(const void* send, void* recv, const A2ALayout& l,
+                                 size_t elem_bytes) override {
+    auto r = std::make_unique<MpiRequest>("all_to_allv wait", a2a_text(l, elem_bytes), polite_waits());
     fill_counts(*r, l);
     ElemType t(elem_bytes);
-    MPI_Ialltoallv(send, r->sc.data(), r->so.data(), t.get(), recv, r->rc.data(), r->ro.data(), t.get(), comm_,
-                   r->handle());
+    MPI_Ialltoallv(send, r->sc.data(), r->so.data(), t.get(), recv, r->rc.data(), r->ro.data(), t.get(),
+                   comm_, r->handle());
     return r;
   }
 
  private:
+  // "N B out, M B in" of this rank.
+  static std::string a2a_text(const A2ALayout& l, size_t elem_bytes) {
+    int64_t out = 0, in = 0;
+    for (int64_t c : l.send_counts) out += c;
+    for (int64_t c : l.recv_counts) in += c;
+    return bytes_text(out * int64_t(elem_bytes), " out, ") + bytes_text(in * int64_t(elem_bytes), " in");
+  }
   static void fill_counts(MpiRequest& r, const A2ALayout& l) {
     r.sc = as_ints(l.send_counts, "all_to_allv");
     r.so = as_ints(l.send_offsets, "all_to_allv");
@@ -281,6 +332,7 @@ void MpiComm::gatherv(const void* send, size_t send_bytes, void* recv, const std
     if (recv_bytes.size() != size_t(size_)) fail("[gatherv] recv_bytes needs ", size_, " entries");
     packed(recv_bytes, counts, displs, "gatherv");
   }
+  WatchedWait w("gatherv", bytes_text(int64_t(send_bytes), " to rank ") + std::to_string(root));
   MPI_Gatherv(send, as_int(int64_t(send_bytes), "gatherv"), MPI_BYTE, recv, counts.data(), displs.data(),
               MPI_BYTE, root, comm_);
 }
@@ -292,6 +344,7 @@ void MpiComm::scatterv(const void* send, const std::vector<size_t>& send_bytes, 
     if (send_bytes.size() != size_t(size_)) fail("[scatterv] send_bytes needs ", size_, " entries");
     packed(send_bytes, counts, displs, "scatterv");
   }
+  WatchedWait w("scatterv", bytes_text(int64_t(recv_bytes), " from rank ") + std::to_string(root));
   MPI_Scatterv(send, counts.data(), displs.data(), MPI_BYTE, recv, as_int(int64_t(recv_bytes), "scatterv"),
                MPI_BYTE, root, comm_);
 }
@@ -299,6 +352,7 @@ void MpiComm::scatterv(const void* send, const std::vector<size_t>& send_bytes, 
 std::unique_ptr<Communicator> make_mpi_world_comm() {
   auto rt = std::make_shared<MpiRuntime>();
   MPI_Comm world;
+  WatchedWait w("world communicator (MPI_Comm_dup)", "");
   MPI_Comm_dup(MPI_COMM_WORLD, &world);
   return std::make_unique<MpiComm>(std::move(rt), world, std::make_shared<CommCounters>());
 }

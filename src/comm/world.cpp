@@ -5,6 +5,7 @@
 
 #include "moe/comm.h"
 #include "moe/error.h"
+#include "moe/watchdog.h"
 #ifdef MOE_HAVE_MPI
 #include "comm/mpi_comm.h"
 #endif
@@ -35,6 +36,7 @@ bool mpi_compiled_in() {
 }
 
 std::unique_ptr<Communicator> make_world_comm() {
+  collective_timeout();  // a bad MOE_COLLECTIVE_TIMEOUT_S is an error here, before MPI starts
   if (!launched_by_mpi()) return make_single_process_comm();
 #ifdef MOE_HAVE_MPI
   return make_mpi_world_comm();

@@ -72,6 +72,8 @@ std::vector<KeyDef> build_table() {
       {"num_moe_token_chunks", &C::num_moe_token_chunks, G::parallelism, "token chunks per rank; >= 1"},
       {"ragged_buffer_factor", &C::ragged_buffer_factor, G::parallelism,
        "-1: worst-case receive buffer; > 0: cap at R * factor rows"},
+      {"collective_timeout_s", &C::collective_timeout_s, G::parallelism,
+       "seconds a collective or completion wait may last before the job ends; 0: no limit"},
       // --- offload (SPEC.md §6) ---
       {"moe_offload_targets", &C::moe_offload_targets, G::offload,
        "comma list of fsdp_all_gather, ep_collectives, ragged_sort, all"},

@@ -63,6 +63,7 @@ void check_layer(Problems& out, const Config& c) {
 }
 
 void check_parallelism(Problems& out, const Config& c) {
+  require_nonneg_float(out, c, "collective_timeout_s", c.collective_timeout_s, false);
   const std::array<std::pair<const char*, int64_t>, 3> axes{{{"data_parallelism", c.data_parallelism},
                                                              {"fsdp_parallelism", c.fsdp_parallelism},
                                                              {"expert_parallelism", c.expert_parallelism}}};

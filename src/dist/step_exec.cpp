@@ -1,5 +1,7 @@
 #include "dist/step_exec.h"
 
+#include "moe/watchdog.h"
+
 namespace moe {
 
 StepExec::StepExec(const Mesh& mesh, const DistRuntime* rt, StepTrace* trace) : mesh_(mesh), rt_(rt), trace_(trace) {}
@@ -9,6 +11,7 @@ Event StepExec::side(std::string name, std::function<void()> fn) const {
   CommCounters& counters = mesh_.world().counters();
   return rt_->side()->submit(name, [trace, &counters, name, fn = std::move(fn)] {
     TraceScope scope(trace, name, OpEngine::side);
+    WatchContext context(name);  // the watchdog names the op and chunk
     counters.add(CollKind::SO, 0);
     const int64_t bytes0 = CommCounters::thread_bytes();
     fn();
@@ -33,6 +36,7 @@ Event StepExec::index_math(std::string name, std::function<void()> fn) const {
 
 void StepExec::compute(const std::string& name, const std::function<void()>& fn) const {
   TraceScope scope(trace_, name, OpEngine::compute);
+  WatchContext context(name);  // the watchdog names the op and chunk
   const int64_t bytes0 = CommCounters::thread_bytes();
   fn();
   scope.set_bytes(CommCounters::thread_bytes() - bytes0);  // collectives run inline (not offloaded)

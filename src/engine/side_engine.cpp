@@ -6,6 +6,7 @@
 #include <sched.h>
 
 #include "moe/error.h"
+#include "moe/watchdog.h"
 
 namespace moe {
 namespace {
@@ -25,7 +26,10 @@ struct Event::State {
 void Event::wait() const {
   if (!state_) return;
   std::unique_lock<std::mutex> lk(state_->mu);
-  state_->cv.wait(lk, [&] { return state_->done; });
+  if (!state_->done) {  // bounded by the collective watchdog (include/moe/watchdog.h)
+    WatchedWait w("side-engine event wait", "event '" + state_->name + "'", /*collective=*/false);
+    state_->cv.wait(lk, [&] { return state_->done; });
+  }
   if (!state_->error) return;
   state_->reported = true;
   std::rethrow_exception(state_->error);
@@ -98,7 +102,10 @@ Event SideEngine::submit(std::string name, std::function<void()> task) {
 void SideEngine::sync() {
   MOE_ASSERT(t_worker_of != this, "SideEngine::sync() called from one of its own tasks (deadlock)");
   std::unique_lock<std::mutex> lk(mu_);
-  cv_idle_.wait(lk, [&] { return pending_ == 0; });
+  if (pending_ != 0) {
+    WatchedWait w("side-engine sync", std::to_string(pending_) + " task(s) pending", /*collective=*/false);
+    cv_idle_.wait(lk, [&] { return pending_ == 0; });
+  }
   if (std::exception_ptr err = take_error_locked()) std::rethrow_exception(err);
 }
 

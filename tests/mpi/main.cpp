@@ -10,10 +10,18 @@
 // `moe_mpi_tests --throw-mid-collective` : inside run_collectively, rank 1
 // throws a std::out_of_range (not a moe::Error) while the others wait in an
 // all-reduce; the job must end with "fatal on rank 1: <what>", not hang.
+// `moe_mpi_tests --stop-before-collective` : rank 1 stops itself (SIGSTOP)
+// while the others enter an all-reduce; the collective watchdog of rank 0
+// (MOE_COLLECTIVE_TIMEOUT_S) must end the job naming the op
+// (tests/mpi/watchdog_np2.sh). `--kill-mid-collective` : rank 1 is killed by
+// SIGKILL while the others wait in an all-reduce. Both print every rank's pid
+// ("[rank R] pid P") so the script can check that every process is gone.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -70,6 +78,24 @@ int throw_mid_collective() {
   std::fprintf(stderr, "[rank %d] returned from run_collectively after a rank threw\n", w.rank());
   return 0;
 }
+// Rank 1 takes itself out with `sig` (SIGSTOP or SIGKILL) while the others
+// wait in an all-reduce.
+int signal_mid_collective(int sig) {
+  Communicator& w = world();
+  std::fprintf(stderr, "[rank %d] pid %d\n", w.rank(), int(::getpid()));
+  w.barrier();  // every pid is printed before rank 1 goes
+  if (w.rank() == 1) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    const double now_s =
+        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    std::fprintf(stderr, "[rank 1] raising %s at %.3f\n", sig == SIGSTOP ? "SIGSTOP" : "SIGKILL", now_s);
+    std::raise(sig);
+  }
+  float x = 1, y = 0;
+  w.all_reduce_sum(&x, &y, 1);  // waits until the watchdog or mpirun ends the job
+  std::fprintf(stderr, "[rank %d] all_reduce returned after rank 1 was signalled\n", w.rank());
+  return 0;
+}
 }  // namespace
 
 Communicator& world() { return *g_world; }
@@ -91,6 +117,9 @@ int main(int argc, char** argv) {
   if (argc > 1 && std::strcmp(argv[1], "--die-mid-collective") == 0) return die_mid_collective();
   if (argc > 1 && std::strcmp(argv[1], "--abort") == 0) return abort_from_last_rank();
   if (argc > 1 && std::strcmp(argv[1], "--throw-mid-collective") == 0) return throw_mid_collective();
+  if (argc > 1 && std::strcmp(argv[1], "--stop-before-collective") == 0)
+    return signal_mid_collective(SIGSTOP);
+  if (argc > 1 && std::strcmp(argv[1], "--kill-mid-collective") == 0) return signal_mid_collective(SIGKILL);
   ::testing::InitGoogleTest(&argc, argv);
   const int rank = world().rank();
   if (rank != 0) {

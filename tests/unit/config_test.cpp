@@ -61,6 +61,7 @@ TEST(ConfigParse, DefaultsMatchSpec) {
   EXPECT_EQ(c.capacity_factor, -1.0);
   EXPECT_EQ(c.expert_parallelism, 1);
   EXPECT_EQ(c.ragged_buffer_factor, -1.0);
+  EXPECT_EQ(c.collective_timeout_s, 300.0);
   EXPECT_EQ(c.moe_offload_targets, "");
   EXPECT_EQ(c.side_engine_threads, 1);
   ASSERT_EQ(lc.table.size(), config_keys().size());
@@ -205,6 +206,8 @@ TEST(ConfigRules, EachRuleNamesItsKey) {
       {{"ragged_buffer_factor=2"}, "When expert_parallelism is 1, ragged_buffer_factor must be -1 (got 2)"},
       {{"expert_parallelism=2", "ragged_buffer_factor=0"}, "ragged_buffer_factor must be -1 or > 0 (got 0)"},
       {{"num_moe_token_chunks=0"}, "num_moe_token_chunks must be >= 1 (got 0)"},
+      {{"collective_timeout_s=-1"}, "collective_timeout_s must be finite and >= 0 (got -1)"},
+      {{"collective_timeout_s=inf"}, "collective_timeout_s must be finite and >= 0 (got inf)"},
       {{"side_engine_threads=-1"}, "side_engine_threads must be >= 0 (got -1)"},
       {{"num_layers=0"}, "num_layers must be >= 1 (got 0)"},
       {{"steps=0"}, "steps must be >= 1 (got 0)"},
@@ -220,6 +223,8 @@ TEST(ConfigRules, EachRuleNamesItsKey) {
   for (const auto& [overrides, message] : cases) EXPECT_PROBLEM(problems_of(kBase, overrides), message);
   EXPECT_TRUE(problems_of(kBase, {"checkpoint_period=5", "checkpoint_dir=/tmp/ck"}).empty());
   EXPECT_TRUE(problems_of(kBase, {"capacity_factor=1.5", "grad_clip=0"}).empty());
+  EXPECT_TRUE(problems_of(kBase, {"collective_timeout_s=0"}).empty());  // 0: the watchdog is off
+  EXPECT_TRUE(problems_of(kBase, {"collective_timeout_s=2.5"}).empty());
 }
 
 TEST(ConfigRules, ProblemsOnAProgrammaticConfig) {

@@ -10,6 +10,7 @@
 #include "cli_util.h"
 #include "io/atomic_file.h"
 #include "moe/isa.h"
+#include "moe/watchdog.h"
 
 namespace moe::cli {
 namespace {
@@ -33,6 +34,7 @@ void run(const BenchDistArgs& a, Communicator& w) {
   if (a.probe_mb > 0) return probe(a, w);
   bench::DistBenchOptions o;
   o.base = bench::dist_bench_config(a.overrides);
+  apply_collective_timeout(o.base.collective_timeout_s);
   o.tokens = a.tokens, o.iters = a.iters, o.warmup = a.warmup, o.seed = a.seed, o.variants = a.variants;
   o.trace_dir = a.trace_dir;
   if (o.tokens < 1) fail("--tokens must be >= 1 (got ", o.tokens, ")");

@@ -23,7 +23,8 @@ Communicator* world_if_made();
 // parallelism key other than 1.
 bool distributed(const Config& cfg);
 
-// Loads the config file with `key=value` overrides (throws moe::Error listing every problem).
+// Loads the config file with `key=value` overrides (throws moe::Error listing every problem),
+// and applies its collective_timeout_s to the watchdog (include/moe/watchdog.h).
 Config load(const std::string& path, const std::vector<std::string>& overrides);
 
 // Layer weights from a safetensors file, checked against the config.

@@ -12,6 +12,7 @@
 #include "cli_util.h"
 #include "commands.h"
 #include "io/atomic_file.h"
+#include "moe/watchdog.h"
 
 namespace moe::cli {
 namespace {
@@ -50,6 +51,7 @@ bool all_pass(const std::vector<check::VariantReport>& reports) {
 void run(const CheckArgs& a, Communicator& w) {
   check::CheckOptions o;
   o.base = base_config(a.overrides);
+  apply_collective_timeout(o.base.collective_timeout_s);
   o.tokens = a.tokens > 0 ? a.tokens : bench::find_case("tiny").T;
   o.seed = a.seed, o.variants = a.variants;
   if (!a.json.empty()) check_output_dir(a.json, "--json");

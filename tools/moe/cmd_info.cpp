@@ -43,7 +43,8 @@ using Json = nlohmann::ordered_json;
 
 // The environment variables the engine reads (docs: README "Environment").
 constexpr const char* kEnvVars[] = {"MOE_GEMM_ISA",        "MOE_NUM_THREADS", "ONEDNN_MAX_CPU_ISA",
-                                    "MOE_ALLOC_CACHE_MIB", "MOE_POLL_US",     "MOE_SIDE_ENGINE_RT"};
+                                    "MOE_ALLOC_CACHE_MIB", "MOE_POLL_US",     "MOE_SIDE_ENGINE_RT",
+                                    "MOE_COLLECTIVE_TIMEOUT_S"};
 
 // {"compiled_in", "library": MPI_Get_library_version (callable before MPI_Init)}.
 Json mpi_json() {

@@ -12,6 +12,7 @@
 #include "commands.h"
 #include "moe/config.h"
 #include "moe/train.h"
+#include "moe/watchdog.h"
 #include "progress.h"
 
 namespace moe::cli {
@@ -92,6 +93,7 @@ void run_train(const TrainArgs& a) {
   run_collectively(w, [&] {
     if (a.until_given && a.until < 1) fail("--until ", a.until, ": expected a step >= 1");
     LoadedConfig loaded = resolve(a.words);
+    apply_collective_timeout(loaded.config.collective_timeout_s);
     const bool dist = distributed(loaded.config);
     train(loaded, a, w.rank() == 0, dist ? &w : nullptr);
   });
