@@ -36,10 +36,14 @@ void on_mpi_error(MPI_Comm* comm, int* code, ...) {
 
 int g_world_rank = -1;  // set once MPI is initialized, read by the watchdog's thread
 
-// The watchdog's expiry action: the message, then every rank goes.
-void abort_on_expiry(const std::string& msg) {
+void print_fatal(const std::string& msg) {
   std::fprintf(stderr, "moe: fatal on rank %d: %s\n", g_world_rank, msg.c_str());
   std::fflush(stderr);
+}
+
+// The watchdog's expiry action: the message, then every rank goes.
+void abort_on_expiry(const std::string& msg) {
+  print_fatal(msg);
   MPI_Abort(MPI_COMM_WORLD, 1);
   std::_Exit(1);
 }
@@ -47,8 +51,7 @@ void abort_on_expiry(const std::string& msg) {
 // During MPI_Finalize (MPI_Abort may no longer work): the message, then this
 // process exits non-zero, and mpirun ends the others.
 void exit_on_expiry(const std::string& msg) {
-  std::fprintf(stderr, "moe: fatal on rank %d: %s\n", g_world_rank, msg.c_str());
-  std::fflush(stderr);
+  print_fatal(msg);
   std::_Exit(1);
 }
 

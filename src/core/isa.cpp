@@ -21,7 +21,9 @@ constexpr bool kX86Kernels =
     false;
 #endif
 
-bool cpu_runs(Isa isa) {
+}  // namespace
+
+bool isa_supported(Isa isa) {
   const CpuFeatures& f = cpu_features();
   const bool avx2 = f.avx2 && f.fma;
   const bool avx512 = avx2 && f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq;
@@ -33,6 +35,8 @@ bool cpu_runs(Isa isa) {
   }
   return false;
 }
+
+namespace {
 
 std::atomic<int> g_active{-1};
 std::mutex g_init;
@@ -58,11 +62,9 @@ std::vector<Isa> isa_all() { return {Isa::reference, Isa::avx2, Isa::avx512, Isa
 std::vector<Isa> isa_available() {
   std::vector<Isa> out;
   for (Isa i : isa_all())
-    if (cpu_runs(i)) out.push_back(i);
+    if (isa_supported(i)) out.push_back(i);
   return out;
 }
-
-bool isa_supported(Isa isa) { return cpu_runs(isa); }
 
 Isa isa_requested() {
   const char* env = std::getenv("MOE_GEMM_ISA");

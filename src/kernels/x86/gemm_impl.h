@@ -304,8 +304,6 @@ inline uint32_t* scratch(size_t words, int slot = 0) {
   return buf[slot].get(words);
 }
 
-inline int64_t round16(int64_t n) { return (n + 15) / 16 * 16; }
-
 // Words per row of a packed operand: ceil(n / elements per word).
 template <class T>
 constexpr int64_t words_of(int64_t n) {
