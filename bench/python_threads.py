@@ -2,7 +2,7 @@
 
 PYTHONPATH=build/python /usr/bin/python3 bench/python_threads.py [--iters N]
 
-Prints (1) the CPU time the process burns while the main thread sleeps right after an engine
+Prints (1) the CPU time the process burns while the main thread sleeps 1 s right after an engine
 step (spinning pool threads would burn up to threads x the sleep), and (2) the median time of a
 torch op alone vs the same op right after each engine step, in one run (a ratio: robust to a busy
 machine). docs/python.md ("Threads") quotes its output.
@@ -41,16 +41,16 @@ def torch_op():
 engine_step()
 torch_op()
 t0 = time.process_time()
-time.sleep(0.5)
+time.sleep(1.0)
 idle_cpu = time.process_time() - t0
 
-alone = [torch_op() for _ in range(args.iters)]
-after = []
-for _ in range(args.iters):
+alone, after = [], []
+for _ in range(args.iters):  # interleaved, so both see the same machine load
+    alone.append(torch_op())
     engine_step()
     after.append(torch_op())
 ma, mb = statistics.median(alone), statistics.median(after)
 print(f"engine threads {moe_engine.get_num_threads()}, torch threads {torch.get_num_threads()}")
-print(f"CPU burnt during a 0.5 s sleep after an engine step: {idle_cpu * 1e3:.1f} ms")
+print(f"CPU burnt during a 1 s sleep after an engine step: {idle_cpu * 1e3:.1f} ms")
 print(f"torch 4x mm(512x512): alone {ma * 1e3:.2f} ms, right after an engine step {mb * 1e3:.2f} ms "
       f"(ratio {mb / ma:.2f})")
