@@ -241,6 +241,15 @@ TEST(Mixtral, RoundTripIsByteExact) {
   EXPECT_EQ(read_all(dir.file("d.st")), read_all(dir.file("b.st")));
   convert_to_mixtral(dir.file("d.st"), dir.file("e.st"));
   EXPECT_EQ(read_all(dir.file("e.st")), read_all(dir.file("c.st")));
+  // One unprefixed layer (--layer 1) comes back as model.layers.0 with layer 1's tensors.
+  convert_from_mixtral(dir.path(), dir.file("l1.st"), MixtralWi::prefused, 1);
+  convert_to_mixtral(dir.file("l1.st"), dir.file("l1m.st"));
+  SafetensorsFile l1 = read_safetensors(dir.file("l1m.st"));
+  ASSERT_EQ(l1.tensors.size(), size_t(3 * kE + 1));
+  for (const auto& [n, t] : l1.tensors) {
+    ASSERT_TRUE(n.starts_with("model.layers.0.")) << n;
+    EXPECT_TRUE(t.bit_equal(get(src, "model.layers.1." + n.substr(15)))) << n;
+  }
   for (MixtralWi wi : {MixtralWi::prefused, MixtralWi::split}) {
     convert_from_mixtral(dir.path(), dir.file("f.st"), wi);
     convert_to_mixtral(dir.file("f.st"), dir.file("g.st"));
