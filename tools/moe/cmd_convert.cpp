@@ -58,8 +58,8 @@ void print_mixtral(const MixtralConvertReport& r, const char* direction, const s
     std::printf("  read %s and its %zu shard%s\n", r.files.front().c_str(), r.files.size() - 1,
                 r.files.size() == 2 ? "" : "s");
   if (r.left_out) {
-    std::printf("  left out %zu tensor%s that %s not MoE-layer weight%s (", r.left_out,
-                r.left_out == 1 ? "" : "s", r.left_out == 1 ? "is" : "are", r.left_out == 1 ? "" : "s");
+    std::printf("  left out %zu tensor%s that %s (", r.left_out, r.left_out == 1 ? "" : "s",
+                r.left_out == 1 ? "is not an MoE-layer weight" : "are not MoE-layer weights");
     for (size_t k = 0; k < r.left_out_examples.size(); ++k)
       std::printf("%s%s", k ? ", " : "", r.left_out_examples[k].c_str());
     std::printf("%s)\n", r.left_out > r.left_out_examples.size() ? ", ..." : "");
