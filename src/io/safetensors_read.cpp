@@ -1,14 +1,14 @@
-// safetensors reading: map the file, parse and validate the header, copy
-// each tensor into aligned storage. Every error names the file, and the
+// safetensors reading: read and validate the header, then read each tensor
+// (pread) into aligned storage, all of them or one at a time. Every error names the file, and the
 // tensor where there is one.
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <tuple>
@@ -22,42 +22,46 @@ using json = nlohmann::json;
 
 constexpr uint64_t kMaxHeaderBytes = uint64_t(100) << 20;  // real headers are kilobytes
 
-// A whole file mapped read-only; unmapped on destruction.
-class MappedFile {
+// A file opened read-only; closed on destruction. Bytes are read with pread,
+// so nothing but what is asked for is held in memory.
+class ReadFile {
  public:
-  explicit MappedFile(const std::string& path) {
-    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) fail(path, ": cannot open: ", std::strerror(errno));
-    try {
-      map(fd, path);
-    } catch (...) {
-      ::close(fd);
-      throw;
+  explicit ReadFile(const std::string& path) {
+    fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd_ < 0) fail(path, ": cannot open: ", std::strerror(errno));
+    struct stat st {};
+    if (::fstat(fd_, &st) != 0) {
+      const int err = errno;
+      ::close(fd_);
+      fail(path, ": cannot read: ", std::strerror(err));
     }
-    ::close(fd);  // the mapping stays valid
+    if (!S_ISREG(st.st_mode)) {
+      ::close(fd_);
+      fail(path, ": not a regular file");
+    }
+    size_ = uint64_t(st.st_size);
   }
-  ~MappedFile() {
-    if (data_) ::munmap(const_cast<uint8_t*>(data_), size_);
+  ~ReadFile() { ::close(fd_); }
+  ReadFile(const ReadFile&) = delete;
+  ReadFile& operator=(const ReadFile&) = delete;
+  uint64_t size() const { return size_; }
+
+  // Reads exactly n bytes at `offset`; `what` names them in errors.
+  void read(uint64_t offset, void* dst, uint64_t n, const std::string& what) const {
+    auto* p = static_cast<char*>(dst);
+    while (n > 0) {
+      const size_t chunk = size_t(std::min<uint64_t>(n, uint64_t(1) << 30));
+      const ssize_t got = ::pread(fd_, p, chunk, off_t(offset));
+      if (got < 0 && errno == EINTR) continue;
+      if (got < 0) fail(what, ": cannot read: ", std::strerror(errno));
+      if (got == 0) fail(what, ": the file ended at byte ", offset, " (it shrank while being read?)");
+      p += got, offset += uint64_t(got), n -= uint64_t(got);
+    }
   }
-  MappedFile(const MappedFile&) = delete;
-  MappedFile& operator=(const MappedFile&) = delete;
-  const uint8_t* data() const { return data_; }
-  size_t size() const { return size_; }
 
  private:
-  void map(int fd, const std::string& path) {
-    struct stat st {};
-    if (::fstat(fd, &st) != 0) fail(path, ": cannot read: ", std::strerror(errno));
-    if (!S_ISREG(st.st_mode)) fail(path, ": not a regular file");
-    size_ = size_t(st.st_size);
-    if (size_ == 0) return;
-    void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (p == MAP_FAILED) fail(path, ": cannot read: ", std::strerror(errno));
-    data_ = static_cast<const uint8_t*>(p);
-  }
-
-  const uint8_t* data_ = nullptr;
-  size_t size_ = 0;
+  int fd_ = -1;
+  uint64_t size_ = 0;
 };
 
 // One header entry, before its bytes are copied.
@@ -78,18 +82,20 @@ std::string where_of(const std::string& path, const std::string& key) {
   return key == "__metadata__" ? path + ": __metadata__" : path + ": tensor '" + key + "'";
 }
 
-// Splits the file into header text and data buffer, checking the size prefix.
-std::pair<std::string_view, std::string_view> split_file(const std::string& path, const MappedFile& f) {
+// Reads the size prefix and the header text; returns the header and the
+// data buffer's size (it starts at file offset 8 + header size).
+std::pair<std::string, uint64_t> read_header_text(const std::string& path, const ReadFile& f) {
   if (f.size() < 8) fail(path, ": file is ", f.size(), " bytes, too short for the 8-byte header size");
   uint64_t n;
-  std::memcpy(&n, f.data(), 8);  // little-endian host (static_assert in safetensors.cpp)
+  f.read(0, &n, 8, path);  // little-endian host (static_assert in safetensors.cpp)
   if (n > kMaxHeaderBytes)
     fail(path, ": header size ", n, " is absurd (limit ", kMaxHeaderBytes,
          " bytes): not a safetensors file?");
   if (n > f.size() - 8)
     fail(path, ": header size ", n, " runs past the end of the file (", f.size(), " bytes): truncated?");
-  const char* base = reinterpret_cast<const char*>(f.data());
-  return {std::string_view(base + 8, n), std::string_view(base + 8 + n, f.size() - 8 - n)};
+  std::string text(size_t(n), '\0');
+  f.read(8, text.data(), n, path);
+  return {std::move(text), f.size() - 8 - n};
 }
 
 // Parses the header JSON, rejecting duplicate keys in any object (nlohmann
@@ -214,34 +220,95 @@ void check_tiling(const std::string& path, std::vector<Entry>& entries, uint64_t
     fail(path, ": data buffer bytes [", covered, ", ", buffer_size, ") at the end belong to no tensor");
 }
 
-SafetensorsFile read_file(const std::string& path) {
-  MappedFile file(path);
-  auto [header_text, buffer] = split_file(path, file);
-  const json header = parse_header(path, header_text);
-  if (!header.is_object()) fail(path, ": header must be a JSON object, got ", brief(header));
-  SafetensorsFile out;
-  out.path = path;
-  std::vector<Entry> entries;
-  for (const auto& [name, value] : header.items()) {
-    if (name == "__metadata__")
-      out.metadata = parse_metadata(path, value);
-    else
-      entries.push_back(parse_entry(path, name, value));
-  }
-  for (const Entry& e : entries) check_entry_range(path, e, buffer.size());
-  check_tiling(path, entries, buffer.size());
-  for (const Entry& e : entries) {
-    Tensor t = Tensor::empty(e.dtype, e.shape);
-    if (t.nbytes()) std::memcpy(t.raw(), buffer.data() + e.begin, t.nbytes());
-    out.tensors.emplace_back(e.name, std::move(t));
-  }
-  return out;
-}
-
 }  // namespace
 
+struct SafetensorsReader::Impl {
+  std::string path;
+  std::unique_ptr<ReadFile> file;
+  uint64_t data_start = 0;                            // file offset of the data buffer
+  std::vector<SafetensorsEntry> entries;              // file order
+  std::vector<std::pair<uint64_t, uint64_t>> ranges;  // [begin, end) of each entry in the data buffer
+  std::map<std::string, size_t, std::less<>> index;   // name -> entry
+  std::map<std::string, std::string> metadata;
+
+  explicit Impl(const std::string& p) : path(p), file(std::make_unique<ReadFile>(p)) {
+    auto [header_text, buffer_size] = read_header_text(path, *file);
+    data_start = 8 + header_text.size();
+    const json header = parse_header(path, header_text);
+    if (!header.is_object()) fail(path, ": header must be a JSON object, got ", brief(header));
+    std::vector<Entry> parsed;
+    for (const auto& [name, value] : header.items()) {
+      if (name == "__metadata__")
+        metadata = parse_metadata(path, value);
+      else
+        parsed.push_back(parse_entry(path, name, value));
+    }
+    for (const Entry& e : parsed) check_entry_range(path, e, buffer_size);
+    check_tiling(path, parsed, buffer_size);
+    for (Entry& e : parsed) {
+      index.emplace(e.name, entries.size());
+      entries.push_back({std::move(e.name), e.dtype, std::move(e.shape)});
+      ranges.emplace_back(e.begin, e.end);
+    }
+  }
+
+  size_t at(std::string_view name) const {
+    auto it = index.find(name);
+    if (it == index.end()) fail(path, ": no tensor named '", name, "'");
+    return it->second;
+  }
+};
+
+SafetensorsReader::SafetensorsReader(const std::string& path)
+    : impl_(with_context(path, [&] { return std::make_shared<const Impl>(path); })) {}
+
+const std::string& SafetensorsReader::path() const { return impl_->path; }
+const std::vector<SafetensorsEntry>& SafetensorsReader::entries() const { return impl_->entries; }
+const std::map<std::string, std::string>& SafetensorsReader::metadata() const { return impl_->metadata; }
+
+const SafetensorsEntry* SafetensorsReader::find(std::string_view name) const {
+  auto it = impl_->index.find(name);
+  return it == impl_->index.end() ? nullptr : &impl_->entries[it->second];
+}
+
+Tensor SafetensorsReader::read(std::string_view name) const {
+  const SafetensorsEntry& e = impl_->entries[impl_->at(name)];
+  return read_rows(name, 0, e.shape.empty() ? 1 : e.shape[0]);
+}
+
+void SafetensorsReader::read_bytes(std::string_view name, uint64_t offset, uint64_t n, void* dst) const {
+  const size_t i = impl_->at(name);
+  const auto [begin, end] = impl_->ranges[i];
+  const std::string where = impl_->path + ": tensor '" + impl_->entries[i].name + "'";
+  if (offset > end - begin || n > end - begin - offset)
+    fail(where, ": bytes [", offset, ", ", offset + n, ") are outside its ", end - begin, " bytes");
+  if (n) impl_->file->read(impl_->data_start + begin + offset, dst, n, where);
+}
+
+Tensor SafetensorsReader::read_rows(std::string_view name, int64_t begin, int64_t count) const {
+  const SafetensorsEntry* e = find(name);
+  if (!e) impl_->at(name);  // throws "no tensor named"
+  const std::string where = impl_->path + ": tensor '" + e->name + "'";
+  const int64_t rows = e->shape.empty() ? 1 : e->shape[0];  // a scalar is one row
+  if (begin < 0 || count < 0 || begin > rows || count > rows - begin)
+    fail(where, ": rows [", begin, ", ", begin + count, ") are outside its shape ", shape_str(e->shape));
+  Shape shape = e->shape;
+  if (!shape.empty()) shape[0] = count;
+  return with_context(where, [&] {
+    Tensor t = Tensor::empty(e->dtype, shape);
+    const uint64_t row_bytes = count ? uint64_t(t.nbytes()) / uint64_t(count) : 0;
+    read_bytes(name, uint64_t(begin) * row_bytes, t.nbytes(), t.raw());
+    return t;
+  });
+}
+
 SafetensorsFile read_safetensors(const std::string& path) {
-  return with_context(path, [&] { return read_file(path); });
+  SafetensorsReader reader(path);
+  SafetensorsFile out;
+  out.path = path;
+  out.metadata = reader.metadata();
+  for (const SafetensorsEntry& e : reader.entries()) out.tensors.emplace_back(e.name, reader.read(e.name));
+  return out;
 }
 
 }  // namespace moe
