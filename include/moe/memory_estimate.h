@@ -13,12 +13,12 @@
 namespace moe {
 
 struct MemoryEstimate {
-  int64_t tokens = 0;            // tokens of one step on this rank
-  int64_t ffn_rows = 0;          // rows the expert FFN of one layer runs on (the receive buffer's)
-  long double weights = 0;       // the layer's weights one rank holds (stored dtype; f32 router)
-  long double train_state = 0;   // moe train: teacher, parameters, gradients, AdamW m and v (f32), every layer
-  long double activations = 0;   // one step: the forward's saved tensors (every layer) and one backward's work
-  long double buffers = 0;       // the distributed layer: permute, all-to-all / all-gather buffers (every layer)
+  int64_t tokens = 0;           // tokens of one step on this rank
+  int64_t ffn_rows = 0;         // rows the expert FFN of one layer runs on (the receive buffer's)
+  long double weights = 0;      // the layer's weights one rank holds (stored dtype; f32 router)
+  long double train_state = 0;  // moe train: teacher, parameters, gradients, AdamW m and v (f32), every layer
+  long double activations = 0;  // one step: the forward's saved tensors (every layer) and one backward's work
+  long double buffers = 0;  // the distributed layer: permute, all-to-all / all-gather buffers (every layer)
   long double total() const { return weights + train_state + activations + buffers; }
   std::string describe() const;  // "weights X, training state Y, activations Z, buffers W (GiB)"
 };

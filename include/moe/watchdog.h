@@ -64,10 +64,10 @@ struct CollectiveSite {
 
 // The answers to one liveness probe of a wait's communicator.
 struct LivenessReport {
-  bool probed = false;               // false: no probe could be made (the message says nothing of peers)
-  std::vector<int> silent;           // world ranks that did not answer within the bound
-  std::vector<std::string> absent;   // "rank R: <what it is doing>" for ranks alive but not in the collective
-  int answered = 0;                  // ranks that answered
+  bool probed = false;              // false: no probe could be made (the message says nothing of peers)
+  std::vector<int> silent;          // world ranks that did not answer within the bound
+  std::vector<std::string> absent;  // "rank R: <what it is doing>" for ranks alive but not in the collective
+  int answered = 0;                 // ranks that answered
 };
 // Probes the other ranks of site.comm, waiting at most answer_bound_s. Called
 // only from the watchdog's thread, one probe at a time.

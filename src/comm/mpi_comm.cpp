@@ -126,8 +126,8 @@ std::shared_ptr<CommTrack> find_track(uint64_t id) {
 }
 
 // The probe's wire format (MPI_BYTE on the probe communicator).
-constexpr int kProbeTag = 0x6d6f;      // request
-constexpr int kAnswerTag = 0x6d6f + 1; // answer
+constexpr int kProbeTag = 0x6d6f;       // request
+constexpr int kAnswerTag = 0x6d6f + 1;  // answer
 struct ProbeRequest {
   uint64_t comm;
   int64_t seq;
@@ -162,7 +162,8 @@ LivenessReport probe_peers(const CollectiveSite& site, double answer_bound_s) {
   std::vector<char> got(n, 0);
   for (size_t i = 0; i < n; ++i) {
     MPI_Isend(req, int(sizeof *req), MPI_BYTE, peers[i], kProbeTag, g_probe_comm, &sends[i]);
-    MPI_Irecv(&(*answers)[i], int(sizeof(ProbeAnswer)), MPI_BYTE, peers[i], kAnswerTag, g_probe_comm, &recvs[i]);
+    MPI_Irecv(&(*answers)[i], int(sizeof(ProbeAnswer)), MPI_BYTE, peers[i], kAnswerTag, g_probe_comm,
+              &recvs[i]);
   }
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(answer_bound_s);
   size_t pending = n;
@@ -201,7 +202,8 @@ LivenessReport probe_peers(const CollectiveSite& site, double answer_bound_s) {
     delete req;
     delete answers;
   } else {
-    for (auto& r : sends) if (r != MPI_REQUEST_NULL) MPI_Request_free(&r);
+    for (auto& r : sends)
+      if (r != MPI_REQUEST_NULL) MPI_Request_free(&r);
     for (auto& r : recvs)
       if (r != MPI_REQUEST_NULL) {
         MPI_Cancel(&r);
@@ -487,13 +489,15 @@ class MpiComm : public Communicator {
   }
   CommRequestPtr do_iall_gather(const void* send, void* recv, size_t block_bytes) override {
     int n = as_int(int64_t(block_bytes), "iall_gather");
-    auto r = std::make_unique<MpiRequest>("all_gather wait", bytes_text(n, " per rank"), polite_waits(), next_site());
+    auto r = std::make_unique<MpiRequest>("all_gather wait", bytes_text(n, " per rank"), polite_waits(),
+                                          next_site());
     MPI_Iallgather(send, n, MPI_BYTE, recv, n, MPI_BYTE, comm_, r->handle());
     return r;
   }
   CommRequestPtr do_iall_to_allv(const void* send, void* recv, const A2ALayout& l,
                                  size_t elem_bytes) override {
-    auto r = std::make_unique<MpiRequest>("all_to_allv wait", a2a_text(l, elem_bytes), polite_waits(), next_site());
+    auto r = std::make_unique<MpiRequest>("all_to_allv wait", a2a_text(l, elem_bytes), polite_waits(),
+                                          next_site());
     fill_counts(*r, l);
     ElemType t(elem_bytes);
     MPI_Ialltoallv(send, r->sc.data(), r->so.data(), t.get(), recv, r->rc.data(), r->ro.data(), t.get(),
@@ -561,7 +565,8 @@ void MpiComm::scatterv(const void* send, const std::vector<size_t>& send_bytes, 
     if (send_bytes.size() != size_t(size_)) fail("[scatterv] send_bytes needs ", size_, " entries");
     packed(send_bytes, counts, displs, "scatterv");
   }
-  WatchedWait w("scatterv", bytes_text(int64_t(recv_bytes), " from rank ") + std::to_string(root), next_site());
+  WatchedWait w("scatterv", bytes_text(int64_t(recv_bytes), " from rank ") + std::to_string(root),
+                next_site());
   MPI_Scatterv(send, counts.data(), displs.data(), MPI_BYTE, recv, as_int(int64_t(recv_bytes), "scatterv"),
                MPI_BYTE, root, comm_);
 }

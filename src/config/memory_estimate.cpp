@@ -26,8 +26,10 @@ Axes resolve_axes(const Config& c, int64_t ranks) {
   int64_t* rest = nullptr;
   int64_t known = 1;
   for (int64_t* v : {&a.data, &a.fsdp, &a.expert}) {
-    if (*v == -1 && !rest) rest = v;
-    else known *= std::max<int64_t>(*v, 1);
+    if (*v == -1 && !rest)
+      rest = v;
+    else
+      known *= std::max<int64_t>(*v, 1);
   }
   if (rest) *rest = ranks > 0 && known > 0 && ranks % known == 0 ? std::max<int64_t>(ranks / known, 1) : 1;
   for (int64_t* v : {&a.data, &a.fsdp, &a.expert}) *v = std::max<int64_t>(*v, 1);
@@ -46,8 +48,8 @@ std::string gib(LD b) {
 std::string MemoryEstimate::describe() const {
   std::string s = "expert weights " + gib(weights);
   if (train_state > 0) s += ", training state " + gib(train_state);
-  s += ", activations " + gib(activations) + " (" + std::to_string(tokens) + " tokens, " + std::to_string(ffn_rows) +
-       " expert rows per layer)";
+  s += ", activations " + gib(activations) + " (" + std::to_string(tokens) + " tokens, " +
+       std::to_string(ffn_rows) + " expert rows per layer)";
   if (buffers > 0) s += ", distributed-layer buffers " + gib(buffers);
   return s;
 }
@@ -70,7 +72,7 @@ MemoryEstimate estimate_memory(const Config& c, int64_t tokens, int64_t ranks, b
            D = LD(c.emb_dim), F = LD(c.moe_mlp_dim), ep = LD(ax.expert);
   const LD s = LD(dtype_size(c.dtype)), sw = LD(dtype_size(c.weight_dtype));
   const LD El = LD((c.num_experts + ax.expert - 1) / ax.expert);  // experts this rank computes
-  const LD R = T * K;                                                 // routed rows of this rank's tokens
+  const LD R = T * K;                                             // routed rows of this rank's tokens
   const bool ring = c.use_ring_of_experts && ax.expert > 1;
   const bool a2a = !c.use_ring_of_experts && ax.expert > 1;
   // Rows the FFN runs on: the all-to-all's receive buffer (ragged_buffer_rows in src/comm/ep_plan.cpp:
@@ -88,35 +90,35 @@ MemoryEstimate estimate_memory(const Config& c, int64_t tokens, int64_t ranks, b
   if (train_stack) m.weights = expert_weights * s;  // the compute-dtype copy of one layer (the state is f32)
 
   // One layer's forward, kept for its backward (LayerForward, the dist Chunk):
-  const LD saved = T * D * s          // x in the compute dtype
-                   + E * D * 4        // the router kernel in f32
-                   + T * D * 4        // the router's f32 input
-                   + 2 * T * E * 4    // logits, scores
-                   + 3 * T * K * 4    // top-k ids, scores, weights
-                   + 3 * R * 4        // routing: sorted ids, positions, group offsets
-                   + R * D * s        // permuted rows xs
-                   + Rf * 3 * F * s   // h0, h1 (or fused h), gated a
-                   + Rf * D * s       // expert outputs ys
-                   + T * D * s;       // the layer output y
+  const LD saved = T * D * s         // x in the compute dtype
+                   + E * D * 4       // the router kernel in f32
+                   + T * D * 4       // the router's f32 input
+                   + 2 * T * E * 4   // logits, scores
+                   + 3 * T * K * 4   // top-k ids, scores, weights
+                   + 3 * R * 4       // routing: sorted ids, positions, group offsets
+                   + R * D * s       // permuted rows xs
+                   + Rf * 3 * F * s  // h0, h1 (or fused h), gated a
+                   + Rf * D * s      // expert outputs ys
+                   + T * D * s;      // the layer output y
   // One layer's backward at its peak (layer_backward, ffn_backward_data, ffn_weight_grads):
-  const LD work = T * D * s              // dy in the compute dtype
-                  + Rf * D * s * 2       // dys, dxs
-                  + Tg * K * 4           // d(weights)
-                  + Rf * 3 * F * s       // da, dh0, dh1
-                  + Rf * D * 4 * 2       // the two f32 partial input gradients p0, p1
-                  + expert_weights * 4   // the experts' weight gradients (f32)
-                  + E * D * 4            // the router's gradient
+  const LD work = T * D * s                   // dy in the compute dtype
+                  + Rf * D * s * 2            // dys, dxs
+                  + Tg * K * 4                // d(weights)
+                  + Rf * 3 * F * s            // da, dh0, dh1
+                  + Rf * D * 4 * 2            // the two f32 partial input gradients p0, p1
+                  + expert_weights * 4        // the experts' weight gradients (f32)
+                  + E * D * 4                 // the router's gradient
                   + Tg * D * 4 + Tg * E * 4;  // dx, dz
   // The distributed layer's own buffers per layer: kept (the sorted received rows, or the gathered
   // tokens and routing) and, for one layer at a time, the transfers in flight.
   LD kept_buffers = 0, transient_buffers = 0;
   if (a2a) {
-    kept_buffers = Rf * D * s;                     // xl: the received rows in expert order
+    kept_buffers = Rf * D * s;                       // xl: the received rows in expert order
     transient_buffers = 2 * Rf * D * s + R * D * s;  // receive buffer, unsorted return, returned rows
   }
   if (ring) {
-    kept_buffers = Tg * D * s + Tg * K * 12;        // gathered tokens and routing
-    transient_buffers = 2 * Tg * D * 4;             // the f32 partial output and the gathered dx
+    kept_buffers = Tg * D * s + Tg * K * 12;  // gathered tokens and routing
+    transient_buffers = 2 * Tg * D * 4;       // the f32 partial output and the gathered dx
   }
 
   const LD layers = train_stack ? LD(std::max<int64_t>(c.num_layers, 1)) : 1;
@@ -144,13 +146,15 @@ std::vector<std::string> memory_problems(const Config& c, int64_t ranks, bool tr
   os.precision(3);
   const LD total = m.total();
   os << (train_stack ? "moe train" : "one MoE layer's step") << " needs about ";
-  if (total < 9.2e18L) os << uint64_t(total) << " bytes (" << gib(total) << ")";
-  else os << total << " bytes";
+  if (total < 9.2e18L)
+    os << uint64_t(total) << " bytes (" << gib(total) << ")";
+  else
+    os << total << " bytes";
   os << " on each rank (" << m.describe() << "; batch_tokens=" << c.batch_tokens
-     << (train_stack ? ", num_layers=" + std::to_string(c.num_layers) : std::string()) << ", emb_dim=" << c.emb_dim
-     << ", moe_mlp_dim=" << c.moe_mlp_dim << ", num_experts=" << c.num_experts << ", num_experts_per_tok="
-     << c.num_experts_per_tok << "), but this machine has " << memory << " bytes of memory (" << gib(LD(memory))
-     << ")";
+     << (train_stack ? ", num_layers=" + std::to_string(c.num_layers) : std::string())
+     << ", emb_dim=" << c.emb_dim << ", moe_mlp_dim=" << c.moe_mlp_dim << ", num_experts=" << c.num_experts
+     << ", num_experts_per_tok=" << c.num_experts_per_tok << "), but this machine has " << memory
+     << " bytes of memory (" << gib(LD(memory)) << ")";
   out.push_back(os.str());
   return out;
 }

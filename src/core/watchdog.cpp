@@ -27,9 +27,9 @@ struct Wait {
   std::string detail;
   bool collective;
   Clock::time_point since;
-  CollectiveSite site;              // comm 0: not a collective of a known communicator
-  std::thread::id thread;           // nested waits of one thread share the innermost's site
-  Clock::time_point probed{};       // the last liveness probe for this wait
+  CollectiveSite site;         // comm 0: not a collective of a known communicator
+  std::thread::id thread;      // nested waits of one thread share the innermost's site
+  Clock::time_point probed{};  // the last liveness probe for this wait
 };
 
 double seconds_from_env(const char* name, const char* off) {
@@ -41,7 +41,9 @@ double seconds_from_env(const char* name, const char* off) {
   return s;
 }
 double timeout_from_env() { return seconds_from_env("MOE_COLLECTIVE_TIMEOUT_S", "turns the watchdog off"); }
-double liveness_from_env() { return seconds_from_env("MOE_COLLECTIVE_LIVENESS_S", "turns the liveness probe off"); }
+double liveness_from_env() {
+  return seconds_from_env("MOE_COLLECTIVE_LIVENESS_S", "turns the liveness probe off");
+}
 
 void exit_with(const std::string& msg) {
   std::fprintf(stderr, "moe: fatal on rank 0: %s\n", msg.c_str());
@@ -57,7 +59,7 @@ struct Registry {
   std::mutex mu;
   std::map<unsigned long long, Wait> waits;  // GUARDED_BY(mu)
   unsigned long long next_id = 1;            // GUARDED_BY(mu)
-  Clock::time_point last_end = Clock::now(); // GUARDED_BY(mu): when the last wait ended
+  Clock::time_point last_end = Clock::now();  // GUARDED_BY(mu): when the last wait ended
   std::once_flag thread_started;
 };
 
@@ -104,7 +106,8 @@ std::string op_text(const Wait& w) {
 
 // `rep`: the probe made at expiry (rep.probed false: none could be made).
 std::string expiry_message(const Wait& w, double timeout, const LivenessReport& rep, double bound) {
-  std::string m = op_text(w) + " did not complete within " + seconds_text(timeout, "%g") + " s (collective_timeout_s)";
+  std::string m =
+      op_text(w) + " did not complete within " + seconds_text(timeout, "%g") + " s (collective_timeout_s)";
   if (!w.collective)
     m += "; the side-engine task it waits for is stuck (its own collective, if any, is reported by the rank "
          "that waits in it)";
@@ -122,7 +125,8 @@ std::string expiry_message(const Wait& w, double timeout, const LivenessReport& 
 // A wait whose peers did not all answer the liveness probe.
 std::string silence_message(const Wait& w, double age, const LivenessReport& rep, double bound) {
   return op_text(w) + " has waited " + seconds_text(age) + " s (collective_liveness_s " +
-         seconds_text(registry().liveness_s.load(), "%g") + ")" + peers_text(rep, bound) + "; ending every rank";
+         seconds_text(registry().liveness_s.load(), "%g") + ")" + peers_text(rep, bound) +
+         "; ending every rank";
 }
 
 // The site of `w`: its own, or that of the innermost wait of its thread

@@ -2,13 +2,12 @@
 // makes against its target.
 #include "moe/topology.h"
 
-#include "moe/comm.h"
-#include "moe/dist_layer.h"
-
 #include <charconv>
 #include <sstream>
 #include <thread>
 
+#include "moe/comm.h"
+#include "moe/dist_layer.h"
 #include "moe/error.h"
 #include "moe/memory_estimate.h"
 

@@ -95,7 +95,8 @@ TEST(MemoryEstimate, ActivationsThatCannotFitAreRefusedBeforeWork) {
   ASSERT_EQ(p.size(), 1u);
   EXPECT_NE(p[0].find("one MoE layer's step needs about"), std::string::npos) << p[0];
   EXPECT_NE(p[0].find("activations"), std::string::npos) << p[0];
-  EXPECT_NE(p[0].find("but this machine has 17179869184 bytes of memory (16 GiB)"), std::string::npos) << p[0];
+  EXPECT_NE(p[0].find("but this machine has 17179869184 bytes of memory (16 GiB)"), std::string::npos)
+      << p[0];
   // The real run's check refuses it too.
   const TargetCheck chk = check_target(c, this_machine(), true);
   ASSERT_FALSE(chk.problems.empty());
@@ -105,14 +106,16 @@ TEST(MemoryEstimate, ActivationsThatCannotFitAreRefusedBeforeWork) {
 TEST(MemoryEstimate, AllToAllBuffersGrowWithExpertParallelism) {
   // The worst-case receive buffer holds min(EP, E/K) times the rows sent.
   const Config c = train_config({"expert_parallelism=4", "num_experts=8", "num_experts_per_tok=2"});
-  const MemoryEstimate one = estimate_memory(train_config({"num_experts=8", "num_experts_per_tok=2"}), 64, 1, false);
+  const MemoryEstimate one =
+      estimate_memory(train_config({"num_experts=8", "num_experts_per_tok=2"}), 64, 1, false);
   const MemoryEstimate four = estimate_memory(c, 64, 4, false);
   EXPECT_EQ(one.buffers, 0.0L);
   EXPECT_GT(four.buffers, 0.0L);
   EXPECT_EQ(four.ffn_rows, 64 * 2 * 4);
-  const MemoryEstimate capped = estimate_memory(train_config({"expert_parallelism=4", "num_experts=8",
-                                                              "num_experts_per_tok=2", "ragged_buffer_factor=1.5"}),
-                                                64, 4, false);
+  const MemoryEstimate capped =
+      estimate_memory(train_config({"expert_parallelism=4", "num_experts=8", "num_experts_per_tok=2",
+                                    "ragged_buffer_factor=1.5"}),
+                      64, 4, false);
   EXPECT_EQ(capped.ffn_rows, 64 * 2 * 3 / 2);
   // A batch whose buffers do not fit 1 GiB names them.
   const std::vector<std::string> p =

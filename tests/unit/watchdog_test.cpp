@@ -113,8 +113,8 @@ LivenessReport fake_probe(const CollectiveSite& site, double) {
   r.probed = true;
   r.answered = 2;
   r.silent = {3};
-  r.absent = {"rank 2 had not issued it (" + std::to_string(site.seq - 1) + " of " + std::to_string(site.seq) +
-              " collectives on its communicator): busy"};
+  r.absent = {"rank 2 had not issued it (" + std::to_string(site.seq - 1) + " of " +
+              std::to_string(site.seq) + " collectives on its communicator): busy"};
   return r;
 }
 LivenessReport alive_probe(const CollectiveSite&, double) {
@@ -136,7 +136,8 @@ TEST(WatchdogDeathTest, ASilentPeerEndsTheWaitAtTheLivenessInterval) {
         std::this_thread::sleep_for(10s);
       },
       ::testing::ExitedWithCode(1),
-      "fatal on rank 0: all_reduce_sum \\(4 B per rank\\) has waited 0.[3-9] s \\(collective_liveness_s 0.3\\); rank 3 "
+      "fatal on rank 0: all_reduce_sum \\(4 B per rank\\) has waited 0.[3-9] s \\(collective_liveness_s "
+      "0.3\\); rank 3 "
       "did not answer a liveness probe within 2 s \\(stopped, or dead\\); rank 2 had not issued it \\(4 of 5 "
       "collectives on its communicator\\): busy; ending every rank");
 }
@@ -156,7 +157,8 @@ TEST(WatchdogDeathTest, LivePeersWaitForTheTimeoutWhichNamesWhoWasMissing) {
         std::this_thread::sleep_for(10s);
       },
       ::testing::ExitedWithCode(1),
-      "fatal on rank 0: all_reduce_sum \\(4 B per rank\\) did not complete within 1.5 s \\(collective_timeout_s\\); "
+      "fatal on rank 0: all_reduce_sum \\(4 B per rank\\) did not complete within 1.5 s "
+      "\\(collective_timeout_s\\); "
       "rank 3 did not answer");
 }
 

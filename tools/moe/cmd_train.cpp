@@ -99,8 +99,10 @@ void run_train(const TrainArgs& a) {
     // Resources before work: the whole stack's step (every layer's activations, the training state).
     std::vector<std::string> too_big =
         memory_problems(loaded.config, w.size(), /*train_stack=*/true, physical_memory_bytes());
-    if (!too_big.empty()) throw ConfigError(a.words.empty() || a.words[0].find('=') != std::string::npos
-                                                ? "<embedded default>" : a.words[0], too_big);
+    if (!too_big.empty())
+      throw ConfigError(
+          a.words.empty() || a.words[0].find('=') != std::string::npos ? "<embedded default>" : a.words[0],
+          too_big);
     const bool dist = distributed(loaded.config);
     train(loaded, a, w.rank() == 0, dist ? &w : nullptr);
   });
