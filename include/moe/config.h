@@ -49,6 +49,7 @@ struct Config {
   int64_t num_moe_token_chunks = 1;
   double ragged_buffer_factor = -1.0;
   double collective_timeout_s = 300.0;  // the collective watchdog (include/moe/watchdog.h); 0: off
+  double collective_liveness_s = 10.0;  // probe the peers of a wait this old (include/moe/watchdog.h); 0: off
 
   // --- offload (SPEC.md §6) ---
   std::string moe_offload_targets;  // "" | comma list | "all"

@@ -5,14 +5,29 @@
 // Every collective and every completion wait is a WatchedWait (the collective
 // watchdog, include/moe/watchdog.h): blocking calls stay blocking, the
 // watchdog's thread ends the job from outside when one lasts too long.
+//
+// The liveness probe (docs/reliability.md): every communicator has an id that
+// its members compute alike (the world's from the runtime, a split's from its
+// parent's id, split count and color) and counts the collectives it issued;
+// each collective's wait carries (id, sequence number). With
+// MPI_THREAD_MULTIPLE the runtime duplicates MPI_COMM_WORLD once more for
+// probes and runs a responder thread: it answers a peer's probe with how many
+// collectives this process issued on that communicator and what it is doing
+// (watchdog_state_text), without the main thread. The watchdog's thread
+// probes (probe_peers): a request to every other member, answers awaited for
+// a bounded time.
 #include "comm/mpi_comm.h"
 
 #include <mpi.h>
 
+#include <atomic>
 #include <chrono>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
 #include <string>
 #include <thread>
 
@@ -56,6 +71,170 @@ void exit_on_expiry(const std::string& msg) {
 }
 
 std::string bytes_text(int64_t bytes, const char* what = "") { return std::to_string(bytes) + " B" + what; }
+
+// One communicator as the liveness probe sees it: its id, its members' world
+// ranks and the collectives this process issued on it.
+struct CommTrack {
+  uint64_t id = 0;
+  std::vector<int> world_ranks;
+  std::atomic<int64_t> issued{0};
+  std::atomic<int64_t> splits{0};  // splits made from it (part of a child's id)
+};
+
+// Every communicator's track, by id; never freed (the responder may read it
+// while a communicator goes away; a freed one keeps its final count).
+struct Tracks {
+  std::mutex mu;
+  std::map<uint64_t, std::shared_ptr<CommTrack>> by_id;  // GUARDED_BY(mu)
+};
+Tracks& tracks() {
+  static Tracks* t = new Tracks;
+  return *t;
+}
+
+uint64_t mix(uint64_t a, uint64_t b) {  // splitmix64 of a combination
+  uint64_t z = a * 0x9E3779B97F4A7C15ull + b + 0x632BE59BD9B4E019ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  z ^= z >> 31;
+  return z ? z : 1;
+}
+
+std::shared_ptr<CommTrack> make_track(MPI_Comm comm, uint64_t id) {
+  auto t = std::make_shared<CommTrack>();
+  t->id = id;
+  int n = 0;
+  MPI_Comm_size(comm, &n);
+  std::vector<int> local(size_t(n), 0);
+  for (int i = 0; i < n; ++i) local[size_t(i)] = i;
+  t->world_ranks.assign(size_t(n), -1);
+  MPI_Group g, w;
+  MPI_Comm_group(comm, &g);
+  MPI_Comm_group(MPI_COMM_WORLD, &w);
+  MPI_Group_translate_ranks(g, n, local.data(), w, t->world_ranks.data());
+  MPI_Group_free(&g);
+  MPI_Group_free(&w);
+  std::lock_guard<std::mutex> lk(tracks().mu);
+  tracks().by_id[id] = t;
+  return t;
+}
+
+std::shared_ptr<CommTrack> find_track(uint64_t id) {
+  std::lock_guard<std::mutex> lk(tracks().mu);
+  auto it = tracks().by_id.find(id);
+  return it == tracks().by_id.end() ? nullptr : it->second;
+}
+
+// The probe's wire format (MPI_BYTE on the probe communicator).
+constexpr int kProbeTag = 0x6d6f;       // request
+constexpr int kAnswerTag = 0x6d6f + 1;  // answer
+struct ProbeRequest {
+  uint64_t comm;
+  int64_t seq;
+  int64_t round;
+};
+struct ProbeAnswer {
+  int64_t round;
+  int64_t issued;  // collectives this rank issued on the communicator; -1: it knows no such communicator
+  char what[232];  // watchdog_state_text(), truncated
+};
+
+MPI_Comm g_probe_comm = MPI_COMM_NULL;  // set before the probe is installed, freed after it is removed
+std::mutex g_probe_mu;                  // held by a probe in progress and by the runtime removing it
+
+// The watchdog thread's probe (LivenessProbe).
+LivenessReport probe_peers(const CollectiveSite& site, double answer_bound_s) {
+  LivenessReport rep;
+  std::lock_guard<std::mutex> lk(g_probe_mu);
+  const std::shared_ptr<CommTrack> track = find_track(site.comm);
+  if (g_probe_comm == MPI_COMM_NULL || !track) return rep;
+  static int64_t round = 0;
+  ++round;
+  std::vector<int> peers;
+  for (int r : track->world_ranks)
+    if (r != g_world_rank && r >= 0) peers.push_back(r);
+  const size_t n = peers.size();
+  // Leaked if a peer never answers (the job is about to end then): MPI may
+  // still write into them.
+  auto* req = new ProbeRequest{site.comm, site.seq, round};
+  auto* answers = new std::vector<ProbeAnswer>(n);
+  std::vector<MPI_Request> sends(n, MPI_REQUEST_NULL), recvs(n, MPI_REQUEST_NULL);
+  std::vector<char> got(n, 0);
+  for (size_t i = 0; i < n; ++i) {
+    MPI_Isend(req, int(sizeof *req), MPI_BYTE, peers[i], kProbeTag, g_probe_comm, &sends[i]);
+    MPI_Irecv(&(*answers)[i], int(sizeof(ProbeAnswer)), MPI_BYTE, peers[i], kAnswerTag, g_probe_comm,
+              &recvs[i]);
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(answer_bound_s);
+  size_t pending = n;
+  while (pending > 0 && std::chrono::steady_clock::now() < deadline) {
+    for (size_t i = 0; i < n; ++i) {
+      if (got[i]) continue;
+      int done = 0;
+      MPI_Test(&recvs[i], &done, MPI_STATUS_IGNORE);
+      if (!done) continue;
+      if ((*answers)[i].round != round) {  // a late answer to an earlier probe
+        MPI_Irecv(&(*answers)[i], int(sizeof(ProbeAnswer)), MPI_BYTE, peers[i], kAnswerTag, g_probe_comm,
+                  &recvs[i]);
+        continue;
+      }
+      got[i] = 1;
+      --pending;
+    }
+    if (pending > 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  rep.probed = true;
+  for (size_t i = 0; i < n; ++i) {
+    if (!got[i]) {
+      rep.silent.push_back(peers[i]);
+      continue;
+    }
+    ++rep.answered;
+    const ProbeAnswer& a = (*answers)[i];
+    std::string what(a.what, strnlen(a.what, sizeof a.what));
+    if (a.issued < site.seq)
+      rep.absent.push_back("rank " + std::to_string(peers[i]) + " had not issued it (" +
+                           std::to_string(a.issued < 0 ? 0 : a.issued) + " of " + std::to_string(site.seq) +
+                           " collectives on its communicator): " + what);
+  }
+  if (pending == 0) {  // every send was received
+    MPI_Waitall(int(n), sends.data(), MPI_STATUSES_IGNORE);
+    delete req;
+    delete answers;
+  } else {
+    for (auto& r : sends)
+      if (r != MPI_REQUEST_NULL) MPI_Request_free(&r);
+    for (auto& r : recvs)
+      if (r != MPI_REQUEST_NULL) {
+        MPI_Cancel(&r);
+        MPI_Request_free(&r);
+      }
+  }
+  return rep;
+}
+
+// Answers the peers' probes until `stop`: polls for a request every 20 ms
+// (MPI's blocking receive would spin a core).
+void respond(std::atomic<bool>* stop) {
+  while (!stop->load()) {
+    int flag = 0;
+    MPI_Status st;
+    MPI_Iprobe(MPI_ANY_SOURCE, kProbeTag, g_probe_comm, &flag, &st);
+    if (!flag) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      continue;
+    }
+    ProbeRequest req{};
+    MPI_Recv(&req, int(sizeof req), MPI_BYTE, st.MPI_SOURCE, kProbeTag, g_probe_comm, MPI_STATUS_IGNORE);
+    ProbeAnswer a{};
+    a.round = req.round;
+    const std::shared_ptr<CommTrack> t = find_track(req.comm);
+    a.issued = t ? t->issued.load() : -1;
+    const std::string what = watchdog_state_text();
+    std::strncpy(a.what, what.c_str(), sizeof a.what - 1);
+    MPI_Send(&a, int(sizeof a), MPI_BYTE, st.MPI_SOURCE, kAnswerTag, g_probe_comm);
+  }
+}
 
 ThreadLevel level_from_mpi(int provided) {
   if (provided >= MPI_THREAD_MULTIPLE) return ThreadLevel::multiple;
@@ -115,15 +294,45 @@ class MpiRuntime {
       shut_down();
       throw;
     }
+    // Only the runtime that initialized MPI finalizes it, so only it may run a thread that calls MPI.
+    if (level_ == ThreadLevel::multiple && owns_) start_responder();
   }
   ~MpiRuntime() { shut_down(); }
   ThreadLevel level() const { return level_; }
+  // A new id for a world communicator (every rank makes them in the same order).
+  static uint64_t next_world_id() {
+    static std::atomic<uint64_t> worlds{0};
+    return mix(0x776f726c64ull, ++worlds);
+  }
 
  private:
+  // The probe communicator and its responder (every rank, collectively).
+  void start_responder() {
+    {
+      WatchedWait w("liveness probe communicator (MPI_Comm_dup)", "");
+      MPI_Comm_dup(MPI_COMM_WORLD, &g_probe_comm);
+    }
+    responder_ = std::thread(respond, &stop_responder_);
+    set_liveness_probe(&probe_peers);
+  }
+  void stop_responder() {
+    if (!responder_.joinable()) return;
+    {
+      std::lock_guard<std::mutex> lk(g_probe_mu);  // waits for a probe in progress
+      set_liveness_probe(nullptr);
+    }
+    stop_responder_ = true;
+    responder_.join();
+    // A peer's request that arrived after the last poll stays unmatched; freeing the
+    // communicator with it pending is allowed (MPI_Comm_free is local).
+    MPI_Comm_free(&g_probe_comm);
+  }
+
   void shut_down() {
     int finalized = 0;
     MPI_Finalized(&finalized);
     if (finalized) return;
+    stop_responder();
     MPI_Errhandler_free(&handler_);
     if (!owns_) return;
     set_watchdog_abort(&exit_on_expiry);  // a peer that never reaches MPI_Finalize
@@ -134,6 +343,8 @@ class MpiRuntime {
   bool owns_ = false;
   ThreadLevel level_ = ThreadLevel::single;
   MPI_Errhandler handler_;
+  std::atomic<bool> stop_responder_{false};
+  std::thread responder_;
 };
 
 int as_int(int64_t v, const char* op) {
@@ -192,12 +403,12 @@ void polite_wait(MPI_Request* req) {  // REQUIRES: *req is not MPI_REQUEST_NULL
 // Event of one MPI non-blocking call; owns the count arrays MPI reads until completion.
 class MpiRequest : public CommRequest {
  public:
-  MpiRequest(const char* op, std::string detail, bool polite)
-      : op_(op), detail_(std::move(detail)), polite_(polite) {}
+  MpiRequest(const char* op, std::string detail, bool polite, CollectiveSite site = {})
+      : op_(op), detail_(std::move(detail)), polite_(polite), site_(site) {}
   ~MpiRequest() override { wait(); }
   void wait() override {
     if (req_ == MPI_REQUEST_NULL) return;
-    WatchedWait w(op_, detail_);
+    WatchedWait w(op_, detail_, site_);
     if (polite_) polite_wait(&req_);
     else MPI_Wait(&req_, MPI_STATUS_IGNORE);
   }
@@ -208,6 +419,7 @@ class MpiRequest : public CommRequest {
   const char* op_;  // for the watchdog's message
   std::string detail_;
   bool polite_;
+  CollectiveSite site_;
   MPI_Request req_ = MPI_REQUEST_NULL;
 };
 
@@ -215,8 +427,8 @@ class MpiRequest : public CommRequest {
 
 class MpiComm : public Communicator {
  public:
-  MpiComm(std::shared_ptr<MpiRuntime> rt, MPI_Comm comm, std::shared_ptr<CommCounters> counters)
-      : Communicator(std::move(counters)), rt_(std::move(rt)), comm_(comm) {
+  MpiComm(std::shared_ptr<MpiRuntime> rt, MPI_Comm comm, std::shared_ptr<CommCounters> counters, uint64_t id)
+      : Communicator(std::move(counters)), rt_(std::move(rt)), comm_(comm), track_(make_track(comm, id)) {
     MPI_Comm_rank(comm_, &rank_);
     MPI_Comm_size(comm_, &size_);
   }
@@ -227,12 +439,12 @@ class MpiComm : public Communicator {
   ThreadLevel thread_level() const override { return rt_->level(); }
   const char* backend() const override { return "mpi"; }
   void barrier() override {
-    WatchedWait w("barrier", "");
+    WatchedWait w("barrier", "", next_site());
     MPI_Barrier(comm_);
   }
 
   void broadcast(void* buf, size_t bytes, int root) override {
-    WatchedWait w("broadcast", bytes_text(int64_t(bytes), " from rank ") + std::to_string(root));
+    WatchedWait w("broadcast", bytes_text(int64_t(bytes), " from rank ") + std::to_string(root), next_site());
     MPI_Bcast(buf, as_int(int64_t(bytes), "broadcast"), MPI_BYTE, root, comm_);
   }
   void gatherv(const void* send, size_t send_bytes, void* recv, const std::vector<size_t>& recv_bytes,
@@ -243,9 +455,10 @@ class MpiComm : public Communicator {
   std::unique_ptr<Communicator> split(int color, int key) override {
     if (color < 0) fail("[split] color must be >= 0, got ", color);
     MPI_Comm sub;
-    WatchedWait w("split", "");
+    const uint64_t id = mix(mix(track_->id, uint64_t(++track_->splits)), uint64_t(color));
+    WatchedWait w("split", "", next_site());
     MPI_Comm_split(comm_, color, key, &sub);
-    auto out = std::make_unique<MpiComm>(rt_, sub, shared_counters());
+    auto out = std::make_unique<MpiComm>(rt_, sub, shared_counters(), id);
     out->set_polite_waits(polite_waits());
     return out;
   }
@@ -263,7 +476,7 @@ class MpiComm : public Communicator {
   void do_all_gather(const void* send, void* recv, size_t block_bytes) override {
     if (polite_waits()) return do_iall_gather(send, recv, block_bytes)->wait();
     int n = as_int(int64_t(block_bytes), "all_gather");
-    WatchedWait w("all_gather", bytes_text(n, " per rank"));
+    WatchedWait w("all_gather", bytes_text(n, " per rank"), next_site());
     MPI_Allgather(send, n, MPI_BYTE, recv, n, MPI_BYTE, comm_);
   }
   void do_all_to_allv(const void* send, void* recv, const A2ALayout& l, size_t elem_bytes) override {
@@ -271,18 +484,20 @@ class MpiComm : public Communicator {
     MpiRequest r("all_to_allv", "", false);
     fill_counts(r, l);
     ElemType t(elem_bytes);
-    WatchedWait w("all_to_allv", a2a_text(l, elem_bytes));
+    WatchedWait w("all_to_allv", a2a_text(l, elem_bytes), next_site());
     MPI_Alltoallv(send, r.sc.data(), r.so.data(), t.get(), recv, r.rc.data(), r.ro.data(), t.get(), comm_);
   }
   CommRequestPtr do_iall_gather(const void* send, void* recv, size_t block_bytes) override {
     int n = as_int(int64_t(block_bytes), "iall_gather");
-    auto r = std::make_unique<MpiRequest>("all_gather wait", bytes_text(n, " per rank"), polite_waits());
+    auto r = std::make_unique<MpiRequest>("all_gather wait", bytes_text(n, " per rank"), polite_waits(),
+                                          next_site());
     MPI_Iallgather(send, n, MPI_BYTE, recv, n, MPI_BYTE, comm_, r->handle());
     return r;
   }
   CommRequestPtr do_iall_to_allv(const void* send, void* recv, const A2ALayout& l,
                                  size_t elem_bytes) override {
-    auto r = std::make_unique<MpiRequest>("all_to_allv wait", a2a_text(l, elem_bytes), polite_waits());
+    auto r = std::make_unique<MpiRequest>("all_to_allv wait", a2a_text(l, elem_bytes), polite_waits(),
+                                          next_site());
     fill_counts(*r, l);
     ElemType t(elem_bytes);
     MPI_Ialltoallv(send, r->sc.data(), r->so.data(), t.get(), recv, r->rc.data(), r->ro.data(), t.get(),
@@ -291,6 +506,8 @@ class MpiComm : public Communicator {
   }
 
  private:
+  // The next collective on this communicator (issued now).
+  CollectiveSite next_site() { return CollectiveSite{track_->id, ++track_->issued}; }
   // "N B out, M B in" of this rank.
   static std::string a2a_text(const A2ALayout& l, size_t elem_bytes) {
     int64_t out = 0, in = 0;
@@ -312,6 +529,7 @@ class MpiComm : public Communicator {
 
   std::shared_ptr<MpiRuntime> rt_;
   MPI_Comm comm_;
+  std::shared_ptr<CommTrack> track_;
   int rank_ = 0, size_ = 1;
 };
 
@@ -335,7 +553,7 @@ void MpiComm::gatherv(const void* send, size_t send_bytes, void* recv, const std
     if (recv_bytes.size() != size_t(size_)) fail("[gatherv] recv_bytes needs ", size_, " entries");
     packed(recv_bytes, counts, displs, "gatherv");
   }
-  WatchedWait w("gatherv", bytes_text(int64_t(send_bytes), " to rank ") + std::to_string(root));
+  WatchedWait w("gatherv", bytes_text(int64_t(send_bytes), " to rank ") + std::to_string(root), next_site());
   MPI_Gatherv(send, as_int(int64_t(send_bytes), "gatherv"), MPI_BYTE, recv, counts.data(), displs.data(),
               MPI_BYTE, root, comm_);
 }
@@ -347,7 +565,8 @@ void MpiComm::scatterv(const void* send, const std::vector<size_t>& send_bytes, 
     if (send_bytes.size() != size_t(size_)) fail("[scatterv] send_bytes needs ", size_, " entries");
     packed(send_bytes, counts, displs, "scatterv");
   }
-  WatchedWait w("scatterv", bytes_text(int64_t(recv_bytes), " from rank ") + std::to_string(root));
+  WatchedWait w("scatterv", bytes_text(int64_t(recv_bytes), " from rank ") + std::to_string(root),
+                next_site());
   MPI_Scatterv(send, counts.data(), displs.data(), MPI_BYTE, recv, as_int(int64_t(recv_bytes), "scatterv"),
                MPI_BYTE, root, comm_);
 }
@@ -357,7 +576,8 @@ std::unique_ptr<Communicator> make_mpi_world_comm() {
   MPI_Comm world;
   WatchedWait w("world communicator (MPI_Comm_dup)", "");
   MPI_Comm_dup(MPI_COMM_WORLD, &world);
-  return std::make_unique<MpiComm>(std::move(rt), world, std::make_shared<CommCounters>());
+  const uint64_t id = MpiRuntime::next_world_id();
+  return std::make_unique<MpiComm>(std::move(rt), world, std::make_shared<CommCounters>(), id);
 }
 
 }  // namespace moe

@@ -36,7 +36,7 @@ bool mpi_compiled_in() {
 }
 
 std::unique_ptr<Communicator> make_world_comm() {
-  collective_timeout();  // a bad MOE_COLLECTIVE_TIMEOUT_S is an error here, before MPI starts
+  collective_timeout();  // a bad MOE_COLLECTIVE_TIMEOUT_S or _LIVENESS_S is an error here, before MPI
   if (!launched_by_mpi()) return make_single_process_comm();
 #ifdef MOE_HAVE_MPI
   return make_mpi_world_comm();

@@ -74,6 +74,8 @@ std::vector<KeyDef> build_table() {
        "-1: worst-case receive buffer; > 0: cap at R * factor rows"},
       {"collective_timeout_s", &C::collective_timeout_s, G::parallelism,
        "seconds a collective or completion wait may last before the job ends; 0: no limit"},
+      {"collective_liveness_s", &C::collective_liveness_s, G::parallelism,
+       "seconds a collective waits before its peers are probed (silent ones end the job); 0: off"},
       // --- offload (SPEC.md §6) ---
       {"moe_offload_targets", &C::moe_offload_targets, G::offload,
        "comma list of fsdp_all_gather, ep_collectives, ragged_sort, all"},

@@ -10,6 +10,7 @@
 
 #include "config/config_keys.h"
 #include "moe/config.h"
+#include "moe/memory_estimate.h"
 
 namespace moe {
 namespace {
@@ -64,6 +65,7 @@ void check_layer(Problems& out, const Config& c) {
 
 void check_parallelism(Problems& out, const Config& c) {
   require_nonneg_float(out, c, "collective_timeout_s", c.collective_timeout_s, false);
+  require_nonneg_float(out, c, "collective_liveness_s", c.collective_liveness_s, false);
   const std::array<std::pair<const char*, int64_t>, 3> axes{{{"data_parallelism", c.data_parallelism},
                                                              {"fsdp_parallelism", c.fsdp_parallelism},
                                                              {"expert_parallelism", c.expert_parallelism}}};
@@ -128,12 +130,6 @@ void check_train(Problems& out, const Config& c) {
   require_int_at_least(out, c, "log_period", c.log_period, 1);
   if (c.checkpoint_period > 0 && c.checkpoint_dir.empty())
     add(out, "checkpoint_period=", c.checkpoint_period, " requires checkpoint_dir");
-}
-
-// This machine's physical memory in bytes (0 when unknown).
-uint64_t physical_memory_bytes() {
-  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
-  return pages > 0 && page > 0 ? uint64_t(pages) * uint64_t(page) : 0;
 }
 
 // Resources before work: the expert weights one rank holds (E / expert_parallelism experts of

@@ -27,16 +27,22 @@ struct Wait {
   std::string detail;
   bool collective;
   Clock::time_point since;
+  CollectiveSite site;         // comm 0: not a collective of a known communicator
+  std::thread::id thread;      // nested waits of one thread share the innermost's site
+  Clock::time_point probed{};  // the last liveness probe for this wait
 };
 
-double timeout_from_env() {
-  const char* v = std::getenv("MOE_COLLECTIVE_TIMEOUT_S");
+double seconds_from_env(const char* name, const char* off) {
+  const char* v = std::getenv(name);
   if (!v || !*v) return -1;
   char* end = nullptr;
   const double s = std::strtod(v, &end);
-  if (*end != '\0' || !(s >= 0))
-    fail("MOE_COLLECTIVE_TIMEOUT_S='", v, "': expected seconds >= 0 (0 turns the watchdog off)");
+  if (*end != '\0' || !(s >= 0) || s > 1e12) fail(name, "='", v, "': expected seconds >= 0 (0 ", off, ")");
   return s;
+}
+double timeout_from_env() { return seconds_from_env("MOE_COLLECTIVE_TIMEOUT_S", "turns the watchdog off"); }
+double liveness_from_env() {
+  return seconds_from_env("MOE_COLLECTIVE_LIVENESS_S", "turns the liveness probe off");
 }
 
 void exit_with(const std::string& msg) {
@@ -47,10 +53,13 @@ void exit_with(const std::string& msg) {
 
 struct Registry {
   std::atomic<double> timeout_s{kDefaultCollectiveTimeoutS};
+  std::atomic<double> liveness_s{kDefaultCollectiveLivenessS};
   std::atomic<WatchdogAbort> abort{&exit_with};
+  std::atomic<LivenessProbe> probe{nullptr};
   std::mutex mu;
   std::map<unsigned long long, Wait> waits;  // GUARDED_BY(mu)
   unsigned long long next_id = 1;            // GUARDED_BY(mu)
+  Clock::time_point last_end = Clock::now();  // GUARDED_BY(mu): when the last wait ended
   std::once_flag thread_started;
 };
 
@@ -59,22 +68,75 @@ Registry& registry() {
     auto* reg = new Registry;
     const double env = timeout_from_env();
     if (env >= 0) reg->timeout_s = env;
+    const double live = liveness_from_env();
+    if (live >= 0) reg->liveness_s = live;
     return reg;
   }();
   return *r;
 }
 
-std::string expiry_message(const Wait& w, double timeout) {
+std::string seconds_text(double s, const char* fmt = "%.1f") {
   char t[32];
-  std::snprintf(t, sizeof t, "%g", timeout);
+  std::snprintf(t, sizeof t, fmt, s);
+  return t;
+}
+
+std::string ranks_text(const std::vector<int>& ranks) {
+  std::string out;
+  for (size_t i = 0; i < ranks.size(); ++i) out += (i ? ", " : "") + std::to_string(ranks[i]);
+  return out;
+}
+
+// What the peers said, for a message: "; ranks 3 did not answer ...; rank 2 had not
+// issued it: <what it was doing>".
+std::string peers_text(const LivenessReport& rep, double bound) {
+  std::string m;
+  if (!rep.silent.empty())
+    m += std::string("; rank") + (rep.silent.size() > 1 ? "s " : " ") + ranks_text(rep.silent) +
+         " did not answer a liveness probe within " + seconds_text(bound, "%g") + " s (stopped, or dead)";
+  for (const std::string& a : rep.absent) m += "; " + a;
+  return m;
+}
+
+std::string op_text(const Wait& w) {
   std::string m = std::string(w.op);
   if (!w.detail.empty()) m += " (" + w.detail + ")";
-  m += std::string(" did not complete within ") + t + " s (collective_timeout_s); ";
-  m += w.collective ? "the ranks that did not arrive are not known here (MPI does not report them): a rank "
-                      "that was stopped, is stuck or died prints no such line"
-                    : "the side-engine task it waits for is stuck (its own collective, if any, is reported "
-                      "by the rank that waits in it)";
+  return m;
+}
+
+// `rep`: the probe made at expiry (rep.probed false: none could be made).
+std::string expiry_message(const Wait& w, double timeout, const LivenessReport& rep, double bound) {
+  std::string m =
+      op_text(w) + " did not complete within " + seconds_text(timeout, "%g") + " s (collective_timeout_s)";
+  if (!w.collective)
+    m += "; the side-engine task it waits for is stuck (its own collective, if any, is reported by the rank "
+         "that waits in it)";
+  else if (!rep.probed)
+    m += "; the ranks that did not arrive are not known here (no liveness probe: a single process, or MPI "
+         "without MPI_THREAD_MULTIPLE): a rank that was stopped, is stuck or died prints no such line";
+  else if (rep.silent.empty() && rep.absent.empty())
+    m += "; every other rank of its communicator (" + std::to_string(rep.answered) +
+         ") answered and had issued it (a transfer that does not progress)";
+  else
+    m += peers_text(rep, bound);
   return m + "; ending every rank";
+}
+
+// A wait whose peers did not all answer the liveness probe.
+std::string silence_message(const Wait& w, double age, const LivenessReport& rep, double bound) {
+  return op_text(w) + " has waited " + seconds_text(age) + " s (collective_liveness_s " +
+         seconds_text(registry().liveness_s.load(), "%g") + ")" + peers_text(rep, bound) +
+         "; ending every rank";
+}
+
+// The site of `w`: its own, or that of the innermost wait of its thread
+// (all_reduce_sum names the op, the transport's all_gather inside it the site).
+CollectiveSite site_of(const Registry& r, const Wait& w) {  // REQUIRES: r.mu held
+  if (w.site.comm != 0) return w.site;
+  CollectiveSite s;
+  for (const auto& [id, v] : r.waits)
+    if (v.thread == w.thread && v.site.comm != 0) s = v.site;  // later ids are inner
+  return s;
 }
 
 // The expired wait to report (collectives before side-engine waits), if any.
@@ -85,10 +147,40 @@ bool find_expired(Registry& r, double timeout, Wait& out) {
   bool found = false;
   for (const auto& [id, w] : r.waits) {
     if (now - w.since <= limit) continue;
-    if (!found || (w.collective && !out.collective)) out = w;
+    if (!found || (w.collective && !out.collective)) {
+      out = w;
+      out.site = site_of(r, w);
+    }
     found = true;
   }
   return found;
+}
+
+// A collective wait due for a liveness probe (older than `liveness`, not probed
+// within the last `liveness`), marked as probed now. `out` names the outermost
+// wait of its thread (all_reduce_sum rather than its transport's all_gather).
+bool find_due(Registry& r, double liveness, unsigned long long& id, Wait& out) {
+  const auto now = Clock::now();
+  const auto interval = std::chrono::duration<double>(liveness);
+  std::lock_guard<std::mutex> lk(r.mu);
+  for (auto& [i, w] : r.waits) {
+    if (w.site.comm == 0 || now - w.since < interval || now - w.probed < interval) continue;
+    w.probed = now;
+    id = i;
+    for (const auto& [j, v] : r.waits)  // ids ascend: the first of this thread is the outermost
+      if (v.thread == w.thread) {
+        out = v;
+        break;
+      }
+    out.site = w.site;
+    return true;
+  }
+  return false;
+}
+
+bool still_waiting(Registry& r, unsigned long long id) {
+  std::lock_guard<std::mutex> lk(r.mu);
+  return r.waits.count(id) > 0;
 }
 
 // Restarts every wait's clock: this process was not running (SIGSTOP, a
@@ -98,7 +190,7 @@ bool find_expired(Registry& r, double timeout, Wait& out) {
 void restart_clocks(Registry& r) {
   const auto now = Clock::now();
   std::lock_guard<std::mutex> lk(r.mu);
-  for (auto& [id, w] : r.waits) w.since = now;
+  for (auto& [id, w] : r.waits) w.since = w.probed = now;
 }
 
 // Scans every 1/10 of the timeout (at most 100 ms apart, at least 1 ms). A
@@ -114,8 +206,24 @@ void restart_clocks(Registry& r) {
       restart_clocks(r);
       continue;
     }
+    if (timeout <= 0) continue;
+    const LivenessProbe probe = r.probe.load();
+    const double bound = liveness_answer_bound();
     Wait w;
-    if (timeout > 0 && find_expired(r, timeout, w)) r.abort.load()(expiry_message(w, timeout));
+    if (find_expired(r, timeout, w)) {
+      LivenessReport rep;
+      if (probe && w.collective && w.site.comm != 0) rep = probe(w.site, bound);
+      r.abort.load()(expiry_message(w, timeout, rep, bound));
+    }
+    const double liveness = r.liveness_s.load();
+    unsigned long long id = 0;
+    if (!probe || liveness <= 0 || liveness >= timeout || !find_due(r, liveness, id, w)) continue;
+    const LivenessReport rep = probe(w.site, bound);
+    // A wait that completed meanwhile had every rank: a late answer is no death.
+    if (!rep.silent.empty() && still_waiting(r, id)) {
+      const double age = std::chrono::duration<double>(Clock::now() - w.since).count();
+      r.abort.load()(silence_message(w, age, rep, bound));
+    }
   }
 }
 
@@ -134,25 +242,64 @@ void apply_collective_timeout(double seconds) {
 
 void set_watchdog_abort(WatchdogAbort fn) { registry().abort = fn ? fn : &exit_with; }
 
+void set_collective_liveness(double seconds) {
+  if (!(seconds >= 0)) fail("collective_liveness_s must be >= 0, got ", seconds);
+  registry().liveness_s = seconds;
+}
+
+double collective_liveness() { return registry().liveness_s.load(); }
+
+void apply_collective_liveness(double seconds) {
+  if (std::getenv("MOE_COLLECTIVE_LIVENESS_S") == nullptr) set_collective_liveness(seconds);
+}
+
+double liveness_answer_bound() { return std::clamp(registry().liveness_s.load() / 2, 2.0, 5.0); }
+
+void set_liveness_probe(LivenessProbe fn) { registry().probe = fn; }
+
+std::string watchdog_state_text() {
+  Registry& r = registry();
+  const auto now = Clock::now();
+  std::lock_guard<std::mutex> lk(r.mu);
+  const Wait* oldest = nullptr;
+  for (const auto& [id, w] : r.waits)
+    if (!oldest || (w.collective && !oldest->collective)) oldest = &w;  // ids ascend: the first is the oldest
+  if (!oldest)
+    return "in no collective or side-engine wait for " +
+           seconds_text(std::chrono::duration<double>(now - r.last_end).count()) +
+           " s (computing, writing, or stuck outside MPI)";
+  return "waiting in " + op_text(*oldest) + " for " +
+         seconds_text(std::chrono::duration<double>(now - oldest->since).count()) + " s";
+}
+
 WatchContext::WatchContext(std::string label) : saved_(std::exchange(t_context, std::move(label))) {}
 
 WatchContext::~WatchContext() { t_context = std::move(saved_); }
 
-WatchedWait::WatchedWait(const char* op, std::string detail, bool collective) {
+WatchedWait::WatchedWait(const char* op, std::string detail, bool collective)
+    : WatchedWait(op, std::move(detail), collective, CollectiveSite{}) {}
+
+WatchedWait::WatchedWait(const char* op, std::string detail, CollectiveSite site)
+    : WatchedWait(op, std::move(detail), true, site) {}
+
+WatchedWait::WatchedWait(const char* op, std::string detail, bool collective, CollectiveSite site) {
   Registry& r = registry();
   if (r.timeout_s.load() <= 0) return;
   if (!t_context.empty()) detail += (detail.empty() ? "in " : "; in ") + t_context;
   std::call_once(r.thread_started, [] { std::thread(watch).detach(); });
+  const auto now = Clock::now();
   std::lock_guard<std::mutex> lk(r.mu);
   id_ = r.next_id++;
-  r.waits.emplace(id_, Wait{op, std::move(detail), collective, Clock::now()});
+  r.waits.emplace(id_, Wait{op, std::move(detail), collective, now, site, std::this_thread::get_id(), now});
 }
 
 WatchedWait::~WatchedWait() {
   if (id_ == 0) return;
   Registry& r = registry();
+  const auto now = Clock::now();
   std::lock_guard<std::mutex> lk(r.mu);
   r.waits.erase(id_);
+  r.last_end = now;
 }
 
 }  // namespace moe

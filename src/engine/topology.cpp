@@ -2,14 +2,14 @@
 // makes against its target.
 #include "moe/topology.h"
 
-#include "moe/comm.h"
-#include "moe/dist_layer.h"
-
 #include <charconv>
 #include <sstream>
 #include <thread>
 
+#include "moe/comm.h"
+#include "moe/dist_layer.h"
 #include "moe/error.h"
+#include "moe/memory_estimate.h"
 
 namespace moe {
 namespace {
@@ -114,6 +114,10 @@ TargetCheck check_target(const Config& c, const Topology& t, bool training) {
     out.problems.push_back(e.what());
   }
   out.warnings = out.offload.warnings;
+  // Resources before work: one layer's step at batch_tokens over the ranks (its activations and the
+  // distributed layer's buffers) must fit; config_problems already checked the weights alone.
+  for (auto& p : memory_problems(c, t.ranks, /*train_stack=*/false, physical_memory_bytes()))
+    out.problems.push_back(std::move(p));
   if (!out.offload.live.empty() && t.cores > 0 && c.side_engine_threads >= t.cores)
     out.warnings.push_back("side_engine_threads=" + std::to_string(c.side_engine_threads) + " takes all " +
                            std::to_string(t.cores) + " cores of a rank: the compute pool will share them");

@@ -16,6 +16,11 @@
 // (tests/mpi/watchdog_np2.sh). `--kill-mid-collective` : rank 1 is killed by
 // SIGKILL while the others wait in an all-reduce. Both print every rank's pid
 // ("[rank R] pid P") so the script can check that every process is gone.
+// Under -np 4 (tests/mpi/watchdog_np4.sh) the last rank is the one signalled
+// (rank 1 under -np 2), and two more: `--slow-peer S` : the last rank computes
+// (outside MPI) for S seconds while the others wait in an all-reduce, then
+// joins it (the liveness probe must find it alive: exit 0);
+// `--throw-mid-collective-last` : the last rank throws.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -68,32 +73,66 @@ int abort_from_last_rank() {
   std::fprintf(stderr, "[rank %d] barrier returned after an abort\n", w.rank());
   return 0;
 }
-int throw_mid_collective() {
+int throw_mid_collective(bool last) {
   Communicator& w = world();
+  std::fprintf(stderr, "[rank %d] pid %d\n", w.rank(), int(::getpid()));
   run_collectively(w, [&] {
-    if (w.rank() == 1) throw std::out_of_range("deliberate std::out_of_range from the test");
+    if (w.rank() == (last ? w.size() - 1 : 1)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      const double now_s =
+          std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+      std::fprintf(stderr, "[rank %d] raising std::out_of_range at %.3f\n", w.rank(), now_s);
+      throw std::out_of_range("deliberate std::out_of_range from the test");
+    }
     float x = 1, y = 0;
     w.all_reduce_sum(&x, &y, 1);  // never completes: rank 1 threw
   });
   std::fprintf(stderr, "[rank %d] returned from run_collectively after a rank threw\n", w.rank());
   return 0;
 }
-// Rank 1 takes itself out with `sig` (SIGSTOP or SIGKILL) while the others
-// wait in an all-reduce.
+double wall_now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// The last rank takes itself out with `sig` (SIGSTOP or SIGKILL) while the
+// others wait in an all-reduce.
 int signal_mid_collective(int sig) {
   Communicator& w = world();
+  const int victim = w.size() - 1;
   std::fprintf(stderr, "[rank %d] pid %d\n", w.rank(), int(::getpid()));
-  w.barrier();  // every pid is printed before rank 1 goes
-  if (w.rank() == 1) {
+  w.barrier();  // every pid is printed before the victim goes
+  if (w.rank() == victim) {
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    const double now_s =
-        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-    std::fprintf(stderr, "[rank 1] raising %s at %.3f\n", sig == SIGSTOP ? "SIGSTOP" : "SIGKILL", now_s);
+    std::fprintf(stderr, "[rank %d] raising %s at %.3f\n", victim, sig == SIGSTOP ? "SIGSTOP" : "SIGKILL",
+                 wall_now());
     std::raise(sig);
   }
   float x = 1, y = 0;
   w.all_reduce_sum(&x, &y, 1);  // waits until the watchdog or mpirun ends the job
-  std::fprintf(stderr, "[rank %d] all_reduce returned after rank 1 was signalled\n", w.rank());
+  std::fprintf(stderr, "[rank %d] all_reduce returned after rank %d was signalled\n", w.rank(), victim);
+  return 0;
+}
+
+// The last rank computes outside MPI for `seconds` (a spin, as a long FFN or a
+// checkpoint write would hold it) while the others wait in an all-reduce.
+int slow_peer(double seconds) {
+  Communicator& w = world();
+  std::fprintf(stderr, "[rank %d] pid %d\n", w.rank(), int(::getpid()));
+  w.barrier();
+  if (w.rank() == w.size() - 1) {
+    std::fprintf(stderr, "[rank %d] computing for %g s from %.3f\n", w.rank(), seconds, wall_now());
+    const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+    volatile double sink = 0;
+    while (std::chrono::steady_clock::now() < until)
+      for (int i = 0; i < 100000; ++i) sink = sink + 1e-9 * i;
+  }
+  float x = 1, y = 0;
+  w.all_reduce_sum(&x, &y, 1);
+  if (y != float(w.size())) {
+    std::fprintf(stderr, "[rank %d] all_reduce gave %g, expected %d\n", w.rank(), double(y), w.size());
+    return 1;
+  }
+  std::fprintf(stderr, "[rank %d] all_reduce completed after the slow peer\n", w.rank());
   return 0;
 }
 }  // namespace
@@ -116,7 +155,9 @@ int main(int argc, char** argv) {
   g_world = moe::make_world_comm();
   if (argc > 1 && std::strcmp(argv[1], "--die-mid-collective") == 0) return die_mid_collective();
   if (argc > 1 && std::strcmp(argv[1], "--abort") == 0) return abort_from_last_rank();
-  if (argc > 1 && std::strcmp(argv[1], "--throw-mid-collective") == 0) return throw_mid_collective();
+  if (argc > 1 && std::strcmp(argv[1], "--throw-mid-collective") == 0) return throw_mid_collective(false);
+  if (argc > 1 && std::strcmp(argv[1], "--throw-mid-collective-last") == 0) return throw_mid_collective(true);
+  if (argc > 2 && std::strcmp(argv[1], "--slow-peer") == 0) return slow_peer(std::atof(argv[2]));
   if (argc > 1 && std::strcmp(argv[1], "--stop-before-collective") == 0)
     return signal_mid_collective(SIGSTOP);
   if (argc > 1 && std::strcmp(argv[1], "--kill-mid-collective") == 0) return signal_mid_collective(SIGKILL);

@@ -62,6 +62,7 @@ TEST(ConfigParse, DefaultsMatchSpec) {
   EXPECT_EQ(c.expert_parallelism, 1);
   EXPECT_EQ(c.ragged_buffer_factor, -1.0);
   EXPECT_EQ(c.collective_timeout_s, 300.0);
+  EXPECT_EQ(c.collective_liveness_s, 10.0);
   EXPECT_EQ(c.moe_offload_targets, "");
   EXPECT_EQ(c.side_engine_threads, 1);
   ASSERT_EQ(lc.table.size(), config_keys().size());
@@ -208,6 +209,7 @@ TEST(ConfigRules, EachRuleNamesItsKey) {
       {{"num_moe_token_chunks=0"}, "num_moe_token_chunks must be >= 1 (got 0)"},
       {{"collective_timeout_s=-1"}, "collective_timeout_s must be finite and >= 0 (got -1)"},
       {{"collective_timeout_s=inf"}, "collective_timeout_s must be finite and >= 0 (got inf)"},
+      {{"collective_liveness_s=-2"}, "collective_liveness_s must be finite and >= 0 (got -2)"},
       {{"side_engine_threads=-1"}, "side_engine_threads must be >= 0 (got -1)"},
       {{"num_layers=0"}, "num_layers must be >= 1 (got 0)"},
       {{"steps=0"}, "steps must be >= 1 (got 0)"},

@@ -57,7 +57,7 @@ TEST(WatchdogDeathTest, ExpiredCollectiveEndsTheProcessNamingTheOp) {
       },
       ::testing::ExitedWithCode(1),
       "fatal on rank 0: all_to_allv \\(64 B out, 64 B in\\) did not complete within 0.2 s "
-      "\\(collective_timeout_s\\); the ranks that did not arrive are not known here");
+      "\\(collective_timeout_s\\); the ranks that did not arrive are not known here \\(no liveness probe");
 }
 
 TEST(WatchdogDeathTest, TheMessageNamesTheStepOpAndChunk) {
@@ -84,6 +84,82 @@ TEST(WatchdogDeathTest, ContextEndsWithItsScope) {
         std::this_thread::sleep_for(5s);
       },
       ::testing::ExitedWithCode(1), "fatal on rank 0: barrier did not complete");
+}
+
+TEST(Watchdog, LivenessMustBeNonNegative) {
+  const double saved = collective_liveness();
+  EXPECT_THROW(set_collective_liveness(-1), Error);
+  set_collective_liveness(7);
+  EXPECT_EQ(liveness_answer_bound(), 3.5);
+  set_collective_liveness(100);
+  EXPECT_EQ(liveness_answer_bound(), 5.0);
+  set_collective_liveness(0.5);
+  EXPECT_EQ(liveness_answer_bound(), 2.0);
+  set_collective_liveness(saved);
+}
+
+TEST(Watchdog, StateTextNamesTheOldestWait) {
+  TimeoutGuard g;
+  set_collective_timeout(100);
+  EXPECT_NE(watchdog_state_text().find("in no collective or side-engine wait for"), std::string::npos);
+  WatchedWait w("all_gather", "4 B per rank", CollectiveSite{7, 3});
+  EXPECT_NE(watchdog_state_text().find("waiting in all_gather (4 B per rank) for 0.0 s"), std::string::npos)
+      << watchdog_state_text();
+}
+
+// A stand-in for the MPI runtime's probe: rank 3 silent, rank 2 alive but elsewhere.
+LivenessReport fake_probe(const CollectiveSite& site, double) {
+  LivenessReport r;
+  r.probed = true;
+  r.answered = 2;
+  r.silent = {3};
+  r.absent = {"rank 2 had not issued it (" + std::to_string(site.seq - 1) + " of " +
+              std::to_string(site.seq) + " collectives on its communicator): busy"};
+  return r;
+}
+LivenessReport alive_probe(const CollectiveSite&, double) {
+  LivenessReport r;
+  r.probed = true;
+  r.answered = 3;
+  return r;
+}
+
+TEST(WatchdogDeathTest, ASilentPeerEndsTheWaitAtTheLivenessInterval) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        set_collective_timeout(100);
+        set_collective_liveness(0.3);
+        set_liveness_probe(&fake_probe);
+        WatchedWait outer("all_reduce_sum", "4 B per rank");
+        WatchedWait w("all_gather", "4 B per rank", CollectiveSite{7, 5});
+        std::this_thread::sleep_for(10s);
+      },
+      ::testing::ExitedWithCode(1),
+      "fatal on rank 0: all_reduce_sum \\(4 B per rank\\) has waited 0.[3-9] s \\(collective_liveness_s "
+      "0.3\\); rank 3 "
+      "did not answer a liveness probe within 2 s \\(stopped, or dead\\); rank 2 had not issued it \\(4 of 5 "
+      "collectives on its communicator\\): busy; ending every rank");
+}
+
+TEST(WatchdogDeathTest, LivePeersWaitForTheTimeoutWhichNamesWhoWasMissing) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        set_collective_timeout(1.5);
+        set_collective_liveness(0.2);  // probed ~7 times, all alive
+        set_liveness_probe(&alive_probe);
+        WatchedWait outer("all_reduce_sum", "4 B per rank");
+        WatchedWait w("all_gather", "4 B per rank", CollectiveSite{7, 5});
+        std::this_thread::sleep_for(1.2s);
+        set_collective_liveness(0);       // no more early probes: only the timeout's,
+        set_liveness_probe(&fake_probe);  // which finds rank 3 silent and rank 2 missing
+        std::this_thread::sleep_for(10s);
+      },
+      ::testing::ExitedWithCode(1),
+      "fatal on rank 0: all_reduce_sum \\(4 B per rank\\) did not complete within 1.5 s "
+      "\\(collective_timeout_s\\); "
+      "rank 3 did not answer");
 }
 
 TEST(WatchdogDeathTest, SideEngineWaitHasTheSameTimeout) {

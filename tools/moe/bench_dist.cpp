@@ -35,6 +35,7 @@ void run(const BenchDistArgs& a, Communicator& w) {
   bench::DistBenchOptions o;
   o.base = bench::dist_bench_config(a.overrides);
   apply_collective_timeout(o.base.collective_timeout_s);
+  apply_collective_liveness(o.base.collective_liveness_s);
   o.tokens = a.tokens, o.iters = a.iters, o.warmup = a.warmup, o.seed = a.seed, o.variants = a.variants;
   o.trace_dir = a.trace_dir;
   if (o.tokens < 1) fail("--tokens must be >= 1 (got ", o.tokens, ")");

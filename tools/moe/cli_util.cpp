@@ -39,6 +39,7 @@ bool distributed(const Config& c) {
 Config load(const std::string& path, const std::vector<std::string>& overrides) {
   Config c = load_config(path, overrides).config;
   apply_collective_timeout(c.collective_timeout_s);
+  apply_collective_liveness(c.collective_liveness_s);
   // The same target check as `moe validate` (training: the stricter plan).
   TargetCheck chk = check_target(c, topology_of(world()), /*training=*/true);
   if (!chk.problems.empty()) throw ConfigError(path, chk.problems);

@@ -52,6 +52,7 @@ void run(const CheckArgs& a, Communicator& w) {
   check::CheckOptions o;
   o.base = base_config(a.overrides);
   apply_collective_timeout(o.base.collective_timeout_s);
+  apply_collective_liveness(o.base.collective_liveness_s);
   o.tokens = a.tokens > 0 ? a.tokens : bench::find_case("tiny").T;
   o.seed = a.seed, o.variants = a.variants;
   if (!a.json.empty()) check_output_dir(a.json, "--json");

@@ -11,6 +11,7 @@
 #include "cli_util.h"
 #include "commands.h"
 #include "moe/config.h"
+#include "moe/memory_estimate.h"
 #include "moe/train.h"
 #include "moe/watchdog.h"
 #include "progress.h"
@@ -94,6 +95,14 @@ void run_train(const TrainArgs& a) {
     if (a.until_given && a.until < 1) fail("--until ", a.until, ": expected a step >= 1");
     LoadedConfig loaded = resolve(a.words);
     apply_collective_timeout(loaded.config.collective_timeout_s);
+    apply_collective_liveness(loaded.config.collective_liveness_s);
+    // Resources before work: the whole stack's step (every layer's activations, the training state).
+    std::vector<std::string> too_big =
+        memory_problems(loaded.config, w.size(), /*train_stack=*/true, physical_memory_bytes());
+    if (!too_big.empty())
+      throw ConfigError(
+          a.words.empty() || a.words[0].find('=') != std::string::npos ? "<embedded default>" : a.words[0],
+          too_big);
     const bool dist = distributed(loaded.config);
     train(loaded, a, w.rank() == 0, dist ? &w : nullptr);
   });

@@ -1,0 +1,43 @@
+// Resources before work (docs/reliability.md): the memory one rank needs for
+// a config, from the shapes the code allocates, checked against this
+// machine's memory before any of it is allocated. Sums in long double: no
+// overflow whatever the keys (a 2^64-byte estimate is just a large number).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "moe/config.h"
+
+namespace moe {
+
+struct MemoryEstimate {
+  int64_t tokens = 0;           // tokens of one step on this rank
+  int64_t ffn_rows = 0;         // rows the expert FFN of one layer runs on (the receive buffer's)
+  long double weights = 0;      // the layer's weights one rank holds (stored dtype; f32 router)
+  long double train_state = 0;  // moe train: teacher, parameters, gradients, AdamW m and v (f32), every layer
+  long double activations = 0;  // one step: the forward's saved tensors (every layer) and one backward's work
+  long double buffers = 0;  // the distributed layer: permute, all-to-all / all-gather buffers (every layer)
+  long double total() const { return weights + train_state + activations + buffers; }
+  std::string describe() const;  // "weights X, training state Y, activations Z, buffers W (GiB)"
+};
+
+// One rank's memory for a step of `tokens` tokens on this rank. ranks: the
+// world's size (for the parallelism keys that are -1; ranks <= 0: unknown, an
+// axis of -1 counts as 1). train_stack: moe train's model (num_layers blocks,
+// teacher and optimizer state); else one layer's forward and backward.
+MemoryEstimate estimate_memory(const Config& c, int64_t tokens, int64_t ranks, bool train_stack);
+
+// The tokens of one step on one rank: batch_tokens over the ranks (ceil).
+int64_t tokens_per_rank(const Config& c, int64_t ranks);
+
+// This machine's physical memory in bytes (0 when unknown).
+uint64_t physical_memory_bytes();
+
+// A problem when estimate_memory(c, tokens_per_rank(c, ranks), ranks,
+// train_stack) is above `memory` bytes (0: no check), naming the bytes, the
+// parts and the keys that drive them.
+std::vector<std::string> memory_problems(const Config& c, int64_t ranks, bool train_stack, uint64_t memory);
+
+}  // namespace moe

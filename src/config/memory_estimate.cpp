@@ -1,0 +1,162 @@
+// The memory one rank needs (include/moe/memory_estimate.h). Every term is a
+// tensor the code allocates, named by where: src/layer/moe_layer.cpp and
+// src/layer/expert_ffn.cpp (the layer), src/route/router.cpp, src/dist/ (the
+// distributed layer's buffers), src/train/ (the stack and its state).
+#include "moe/memory_estimate.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <sstream>
+
+#include "moe/dtype.h"
+
+namespace moe {
+namespace {
+
+using LD = long double;
+
+struct Axes {
+  int64_t data = 1, fsdp = 1, expert = 1;
+};
+
+// The parallelism keys with a -1 resolved against `ranks` (1 when unknown or not divisible).
+Axes resolve_axes(const Config& c, int64_t ranks) {
+  Axes a{c.data_parallelism, c.fsdp_parallelism, c.expert_parallelism};
+  int64_t* rest = nullptr;
+  int64_t known = 1;
+  for (int64_t* v : {&a.data, &a.fsdp, &a.expert}) {
+    if (*v == -1 && !rest)
+      rest = v;
+    else
+      known *= std::max<int64_t>(*v, 1);
+  }
+  if (rest) *rest = ranks > 0 && known > 0 && ranks % known == 0 ? std::max<int64_t>(ranks / known, 1) : 1;
+  for (int64_t* v : {&a.data, &a.fsdp, &a.expert}) *v = std::max<int64_t>(*v, 1);
+  return a;
+}
+
+std::string gib(LD b) {
+  std::ostringstream os;
+  os.precision(3);
+  os << b / (1024.0L * 1024.0L * 1024.0L) << " GiB";
+  return os.str();
+}
+
+}  // namespace
+
+std::string MemoryEstimate::describe() const {
+  std::string s = "expert weights " + gib(weights);
+  if (train_state > 0) s += ", training state " + gib(train_state);
+  s += ", activations " + gib(activations) + " (" + std::to_string(tokens) + " tokens, " +
+       std::to_string(ffn_rows) + " expert rows per layer)";
+  if (buffers > 0) s += ", distributed-layer buffers " + gib(buffers);
+  return s;
+}
+
+uint64_t physical_memory_bytes() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page > 0 ? uint64_t(pages) * uint64_t(page) : 0;
+}
+
+int64_t tokens_per_rank(const Config& c, int64_t ranks) {
+  const Axes a = resolve_axes(c, ranks);
+  const int64_t n = ranks > 0 ? ranks : a.data * a.fsdp * a.expert;
+  return std::max<int64_t>(c.batch_tokens, 1) / n + (std::max<int64_t>(c.batch_tokens, 1) % n != 0);
+}
+
+MemoryEstimate estimate_memory(const Config& c, int64_t tokens, int64_t ranks, bool train_stack) {
+  MemoryEstimate m;
+  const Axes ax = resolve_axes(c, ranks);
+  const LD T = LD(std::max<int64_t>(tokens, 0)), K = LD(c.num_experts_per_tok), E = LD(c.num_experts),
+           D = LD(c.emb_dim), F = LD(c.moe_mlp_dim), ep = LD(ax.expert);
+  const LD s = LD(dtype_size(c.dtype)), sw = LD(dtype_size(c.weight_dtype));
+  const LD El = LD((c.num_experts + ax.expert - 1) / ax.expert);  // experts this rank computes
+  const LD R = T * K;                                             // routed rows of this rank's tokens
+  const bool ring = c.use_ring_of_experts && ax.expert > 1;
+  const bool a2a = !c.use_ring_of_experts && ax.expert > 1;
+  // Rows the FFN runs on: the all-to-all's receive buffer (ragged_buffer_rows in src/comm/ep_plan.cpp:
+  // R * factor, or R * min(EP, E / K) for the worst case), the ring's gathered tokens' rows, or R.
+  LD Rf = R;
+  if (a2a) Rf = c.ragged_buffer_factor > 0 ? R * LD(c.ragged_buffer_factor) : R * std::min(ep, E / K);
+  if (ring) Rf = R * ep;
+  const LD Tg = ring ? T * ep : T;  // tokens the combine and router backward see
+  m.tokens = tokens;
+  m.ffn_rows = int64_t(std::min<LD>(Rf, 9e18L));
+
+  const LD expert_weights = El * 3 * D * F;  // wi_0, wi_1, wo of the local experts
+  // The weights: stored dtype, plus the FSDP shard the gathered copy comes from, plus the f32 router.
+  m.weights = expert_weights * sw * (ax.fsdp > 1 ? 1 + 1 / LD(ax.fsdp) : 1) + E * D * 4;
+  if (train_stack) m.weights = expert_weights * s;  // the compute-dtype copy of one layer (the state is f32)
+
+  // One layer's forward, kept for its backward (LayerForward, the dist Chunk):
+  const LD saved = T * D * s         // x in the compute dtype
+                   + E * D * 4       // the router kernel in f32
+                   + T * D * 4       // the router's f32 input
+                   + 2 * T * E * 4   // logits, scores
+                   + 3 * T * K * 4   // top-k ids, scores, weights
+                   + 3 * R * 4       // routing: sorted ids, positions, group offsets
+                   + R * D * s       // permuted rows xs
+                   + Rf * 3 * F * s  // h0, h1 (or fused h), gated a
+                   + Rf * D * s      // expert outputs ys
+                   + T * D * s;      // the layer output y
+  // One layer's backward at its peak (layer_backward, ffn_backward_data, ffn_weight_grads):
+  const LD work = T * D * s                   // dy in the compute dtype
+                  + Rf * D * s * 2            // dys, dxs
+                  + Tg * K * 4                // d(weights)
+                  + Rf * 3 * F * s            // da, dh0, dh1
+                  + Rf * D * 4 * 2            // the two f32 partial input gradients p0, p1
+                  + expert_weights * 4        // the experts' weight gradients (f32)
+                  + E * D * 4                 // the router's gradient
+                  + Tg * D * 4 + Tg * E * 4;  // dx, dz
+  // The distributed layer's own buffers per layer: kept (the sorted received rows, or the gathered
+  // tokens and routing) and, for one layer at a time, the transfers in flight.
+  LD kept_buffers = 0, transient_buffers = 0;
+  if (a2a) {
+    kept_buffers = Rf * D * s;                       // xl: the received rows in expert order
+    transient_buffers = 2 * Rf * D * s + R * D * s;  // receive buffer, unsorted return, returned rows
+  }
+  if (ring) {
+    kept_buffers = Tg * D * s + Tg * K * 12;  // gathered tokens and routing
+    transient_buffers = 2 * Tg * D * 4;       // the f32 partial output and the gathered dx
+  }
+
+  const LD layers = train_stack ? LD(std::max<int64_t>(c.num_layers, 1)) : 1;
+  m.activations = layers * saved + work;
+  m.buffers = (a2a || ring) ? layers * kept_buffers + transient_buffers : 0;
+  if (train_stack) {
+    // Per block: the norm's input, its f32 output and 1/rms (src/train/rmsnorm.cpp); the step's
+    // inputs, the teacher's target and the residual stream, and the loss gradient.
+    m.activations += layers * (2 * T * D * 4 + T * 4) + 4 * T * D * 4;
+    // Teacher, parameters, gradients, AdamW m and v: five f32 copies of every block's
+    // parameters (router, local experts, norm scale; src/train/step.cpp).
+    m.train_state = 5 * layers * (expert_weights * 4 + E * D * 4 + D * 4);
+  }
+  return m;
+}
+
+std::vector<std::string> memory_problems(const Config& c, int64_t ranks, bool train_stack, uint64_t memory) {
+  std::vector<std::string> out;
+  if (c.num_experts <= 0 || c.num_experts_per_tok <= 0 || c.emb_dim <= 0 || c.moe_mlp_dim <= 0 || memory == 0)
+    return out;
+  const int64_t tokens = tokens_per_rank(c, ranks);
+  const MemoryEstimate m = estimate_memory(c, tokens, ranks, train_stack);
+  if (m.total() <= LD(memory)) return out;
+  std::ostringstream os;
+  os.precision(3);
+  const LD total = m.total();
+  os << (train_stack ? "moe train" : "one MoE layer's step") << " needs about ";
+  if (total < 9.2e18L)
+    os << uint64_t(total) << " bytes (" << gib(total) << ")";
+  else
+    os << total << " bytes";
+  os << " on each rank (" << m.describe() << "; batch_tokens=" << c.batch_tokens
+     << (train_stack ? ", num_layers=" + std::to_string(c.num_layers) : std::string())
+     << ", emb_dim=" << c.emb_dim << ", moe_mlp_dim=" << c.moe_mlp_dim << ", num_experts=" << c.num_experts
+     << ", num_experts_per_tok=" << c.num_experts_per_tok << "), but this machine has " << memory
+     << " bytes of memory (" << gib(LD(memory)) << ")";
+  out.push_back(os.str());
+  return out;
+}
+
+}  // namespace moe
