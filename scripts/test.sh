@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Installs, builds and runs the whole test suite with CTest (unit, layer, CLI, MPI, and the
-# ThreadSanitizer run of the concurrent classes, scripts/tsan.sh, as one entry), ending in
+# Installs, builds and runs the whole test suite with CTest (unit, layer, CLI, MPI, the
+# ThreadSanitizer run of the concurrent classes, scripts/tsan.sh, and the ASan + UBSan run of the
+# whole suite, scripts/sanitize.sh, as one entry each), ending in
 # CTest's one summary line.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -25,7 +25,10 @@ struct ActValueGrad {
 inline float exp_approx(float x) {
   x = x < -87.3f ? -87.3f : (x > 88.7f ? 88.7f : x);  // range of a normal f32 result
   float t = x * 1.44269504088896341f;
-  int32_t ni = int32_t(t + (t >= 0.0f ? 0.5f : -0.5f));  // nearest integer, ties away from zero
+  float rounded = t + (t >= 0.0f ? 0.5f : -0.5f);  // nearest integer, ties away from zero
+  // NaN passes the clamp; converting it to int is undefined, so convert 0 instead: r below is NaN
+  // all the same and so is the result.
+  int32_t ni = int32_t(x == x ? rounded : 0.0f);
   float n = float(ni);
   float r = x - n * 0.693359375f + n * 2.12194440e-4f;
   float p = 1.9875691500e-4f;

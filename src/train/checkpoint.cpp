@@ -185,7 +185,8 @@ TrainState load(const std::string& dir, const Config& cfg) {
     expected += 3;
   }
   if (f.tensors.size() != expected) {
-    for (const auto& [n, t] : f.tensors) {
+    for (const auto& entry : f.tensors) {
+      const std::string& n = entry.first;  // not a structured binding: clang 14 cannot capture one
       bool known = std::any_of(rs.begin(), rs.end(), [&](const Row& r) {
         return n == r.name || n == "opt.m." + r.name || n == "opt.v." + r.name;
       });

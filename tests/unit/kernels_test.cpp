@@ -9,7 +9,9 @@
 // O(1) that is < 1e-3; the bound used is 2e-3 * max(1, max|grad|).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <functional>
+#include <limits>
 #include <numeric>
 
 #include "kernels/activation.h"
@@ -127,6 +129,29 @@ TEST_P(KernelGrad, GatedActivation) {
     Tensor dh(DType::f32, {R, 2 * F});
     gated_act_backward(act, {h, 0, 2 * F}, {h, F, 2 * F}, da, R, F, {dh, 0, 2 * F}, {dh, F, 2 * F});
     expect_fd(h, dh, loss, 1e-3, 1e-3);
+  }
+}
+
+// A NaN reaching the activation (a diverged step) comes out as NaN, never as a number, and the
+// float-to-int conversion inside exp_approx stays defined for it (UBSan in scripts/sanitize.sh
+// reported it before exp_approx converted 0 in place of NaN).
+TEST(Activation, NanInNanOut) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_TRUE(std::isnan(exp_approx(nan)));
+  EXPECT_TRUE(std::isnan(silu(nan)));
+  EXPECT_TRUE(std::isnan(gelu(nan)));
+  EXPECT_TRUE(std::isnan(silu_value_grad(nan).value));
+  EXPECT_TRUE(std::isnan(gelu_value_grad(nan).grad));
+  EXPECT_NEAR(exp_approx(1.0f), 2.7182818f, 1e-6f);
+  EXPECT_NEAR(exp_approx(-2.5f), 0.0820850f, 1e-7f);
+  for (Activation act : {Activation::silu, Activation::gelu}) {
+    const int64_t F = 3;
+    Tensor h = uniform({1, 2 * F}, 12, -3.0f, 3.0f), a(DType::f32, {1, F});
+    h.data<float>()[1] = nan;  // act(h0[1]) * h1[1]
+    gated_act_forward(act, {h, 0, 2 * F}, {h, F, 2 * F}, 1, F, a);
+    EXPECT_TRUE(std::isfinite(a.data<float>()[0]));
+    EXPECT_TRUE(std::isnan(a.data<float>()[1]));
+    EXPECT_TRUE(std::isfinite(a.data<float>()[2]));
   }
 }
 
