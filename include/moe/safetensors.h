@@ -32,6 +32,9 @@ struct SafetensorsFile {
 // 64-byte aligned storage. Throws moe::Error naming the file (and the tensor,
 // where there is one) on any malformed or unsupported content.
 SafetensorsFile read_safetensors(const std::string& path);
+// The same from the file's bytes in memory; `name` stands for the path in
+// messages and in the result's `path`.
+SafetensorsFile parse_safetensors(std::string_view bytes, const std::string& name);
 
 // Writes the tensors, in the given order and contiguously, after a header
 // padded with spaces so the data starts at an 8-byte aligned file offset.

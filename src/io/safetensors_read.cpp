@@ -79,7 +79,7 @@ std::string where_of(const std::string& path, const std::string& key) {
 }
 
 // Splits the file into header text and data buffer, checking the size prefix.
-std::pair<std::string_view, std::string_view> split_file(const std::string& path, const MappedFile& f) {
+std::pair<std::string_view, std::string_view> split_file(const std::string& path, std::string_view f) {
   if (f.size() < 8) fail(path, ": file is ", f.size(), " bytes, too short for the 8-byte header size");
   uint64_t n;
   std::memcpy(&n, f.data(), 8);  // little-endian host (static_assert in safetensors.cpp)
@@ -88,8 +88,7 @@ std::pair<std::string_view, std::string_view> split_file(const std::string& path
          " bytes): not a safetensors file?");
   if (n > f.size() - 8)
     fail(path, ": header size ", n, " runs past the end of the file (", f.size(), " bytes): truncated?");
-  const char* base = reinterpret_cast<const char*>(f.data());
-  return {std::string_view(base + 8, n), std::string_view(base + 8 + n, f.size() - 8 - n)};
+  return {f.substr(8, n), f.substr(8 + n)};
 }
 
 // Parses the header JSON, rejecting duplicate keys in any object (nlohmann
@@ -170,12 +169,14 @@ Entry parse_entry(const std::string& path, const std::string& name, const json& 
 }
 
 // Bytes that shape x dtype needs. The product of the non-zero dimensions
-// must fit in 64 bits even for a zero-size tensor (Shape math is int64).
+// must fit in 63 bits even for a zero-size tensor (Shape math is int64, and
+// every dtype is at least 2 bytes, so the element count fits as well).
 uint64_t needed_bytes(const Entry& e, const std::string& where) {
   uint64_t bytes = dtype_size(e.dtype);
   for (int64_t d : e.shape)
-    if (d != 0 && __builtin_mul_overflow(bytes, uint64_t(d), &bytes))
-      fail(where, ": shape ", shape_str(e.shape), " is too large");
+    if (d != 0 && (__builtin_mul_overflow(bytes, uint64_t(d), &bytes) || bytes > uint64_t(INT64_MAX)))
+      fail(where, ": shape ", shape_str(e.shape), " of ", dtype_safetensors_name(e.dtype),
+           " is too large: its byte size overflows 63 bits");
   const bool zero_size = std::find(e.shape.begin(), e.shape.end(), 0) != e.shape.end();
   return zero_size ? 0 : bytes;
 }
@@ -214,9 +215,8 @@ void check_tiling(const std::string& path, std::vector<Entry>& entries, uint64_t
     fail(path, ": data buffer bytes [", covered, ", ", buffer_size, ") at the end belong to no tensor");
 }
 
-SafetensorsFile read_file(const std::string& path) {
-  MappedFile file(path);
-  auto [header_text, buffer] = split_file(path, file);
+SafetensorsFile parse_file(const std::string& path, std::string_view bytes) {
+  auto [header_text, buffer] = split_file(path, bytes);
   const json header = parse_header(path, header_text);
   if (!header.is_object()) fail(path, ": header must be a JSON object, got ", brief(header));
   SafetensorsFile out;
@@ -241,7 +241,14 @@ SafetensorsFile read_file(const std::string& path) {
 }  // namespace
 
 SafetensorsFile read_safetensors(const std::string& path) {
-  return with_context(path, [&] { return read_file(path); });
+  return with_context(path, [&] {
+    MappedFile file(path);
+    return parse_file(path, std::string_view(reinterpret_cast<const char*>(file.data()), file.size()));
+  });
+}
+
+SafetensorsFile parse_safetensors(std::string_view bytes, const std::string& name) {
+  return with_context(name, [&] { return parse_file(name, bytes); });
 }
 
 }  // namespace moe
