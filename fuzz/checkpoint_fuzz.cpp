@@ -9,7 +9,8 @@
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const moe::Config cfg = moe::fuzz::small_config("num_layers: 1\n");
   try {
-    moe::SafetensorsFile f = moe::parse_safetensors(moe::fuzz::as_text(data, size), "fuzz/ckpt-00000001.safetensors");
+    moe::SafetensorsFile f =
+        moe::parse_safetensors(moe::fuzz::as_text(data, size), "fuzz/ckpt-00000001.safetensors");
     moe::train::TrainState st = moe::train::state_from_checkpoint(f, cfg);
   } catch (const moe::Error&) {
   }

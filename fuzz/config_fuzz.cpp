@@ -27,7 +27,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     for (const std::string& key : moe::config_keys()) (void)moe::config_value(c.config, key);
     (void)moe::format_config_table(c.table);
     for (const char* spec : {"ranks=1", "ranks=8,mpi_thread=multiple"})
-      for (bool training : {false, true}) (void)moe::check_target(c.config, moe::parse_topology(spec), training);
+      for (bool training : {false, true})
+        (void)moe::check_target(c.config, moe::parse_topology(spec), training);
   } catch (const moe::Error&) {
   }
   return 0;

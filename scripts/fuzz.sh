@@ -55,7 +55,10 @@ for t in "${targets[@]}"; do
   limit=(-max_total_time="$seconds")
   [ "$mode" = runs ] && limit=(-runs="$runs")
   start=$(date +%s.%N)
-  if "$bin" "${args[@]}" "${limit[@]}" "$work" "$seeds" >"$log" 2>&1; then status=ok; else status=FAILED; failed=1; fi
+  rc=0
+  "$bin" "${args[@]}" "${limit[@]}" "$work" "$seeds" >"$log" 2>&1 || rc=$?
+  # 72: libFuzzer's exit status when interrupted (SIGINT): stopped, nothing found.
+  case $rc in 0) status=ok ;; 72) status=interrupted failed=1 ;; *) status=FAILED failed=1 ;; esac
   secs=$(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN { printf "%.0f", b - a }')
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
   rate=$(awk -v n="${execs:-0}" -v s="$secs" 'BEGIN { printf "%.0f", (s > 0 ? n / s : 0) }')

@@ -2,14 +2,13 @@
 // makes against its target.
 #include "moe/topology.h"
 
-#include "moe/comm.h"
-#include "moe/dist_layer.h"
-
 #include <charconv>
 #include <climits>
 #include <sstream>
 #include <thread>
 
+#include "moe/comm.h"
+#include "moe/dist_layer.h"
 #include "moe/error.h"
 
 namespace moe {

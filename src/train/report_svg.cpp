@@ -41,7 +41,7 @@ std::string xml_escape(const std::string& s) {
 }
 
 // About five round tick values covering [lo, hi] (none when the range is not finite). Counted by
-// index: at 1e17, v + step == v (the fuzz target metrics_fuzz found the endless loop).
+// index: at 1e17, v + step == v (fuzz/metrics/corpus/crash-step_1e17_endless_ticks looped forever).
 std::vector<double> linear_ticks(double lo, double hi) {
   const double raw = (hi - lo) / 5, mag = std::pow(10.0, std::floor(std::log10(raw > 0 ? raw : 1)));
   const double step = raw / mag < 2 ? 2 * mag : raw / mag < 5 ? 5 * mag : 10 * mag;
@@ -119,7 +119,7 @@ std::string render_report_svg(const MetricsSeries& s, const std::string& title) 
   Axis x{s0, s1 > s0 ? s1 : s0 + 1, false, kLeft, kWidth - kRight};
   auto [l0, l1] = finite_range(s.loss, true);
   // One loss value spans a decade above it, or below it near DBL_MAX (an infinite end would make
-  // the decade count infinite: found by metrics_fuzz).
+  // the decade count infinite: fuzz/metrics/corpus/crash-loss_1e308_inf_to_int).
   const bool top_decade = !std::isfinite(l0 * 10);
   Axis ly{top_decade ? l0 / 10 : l0, l1 > l0 ? l1 : top_decade ? l0 : l0 * 10, true, 60 + kPanelH + 20, 80};
   frame(o, x, ly, "loss (log scale)", "loss");

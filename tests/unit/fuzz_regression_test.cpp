@@ -60,9 +60,10 @@ TEST(FuzzRegression, ParallelismProductOverflowIsAMeshMismatch) {
   for (const char* spec : {"ranks=1", "ranks=8,mpi_thread=multiple"}) {
     const TargetCheck t = check_target(c, parse_topology(spec), true);
     ASSERT_EQ(t.problems.size(), 1u) << spec;
-    EXPECT_NE(t.problems[0].find("data_parallelism=4294967296, fsdp_parallelism=4294967296, expert_parallelism=1: "
-                                 "the product does not equal the world size"),
-              std::string::npos)
+    EXPECT_NE(
+        t.problems[0].find("data_parallelism=4294967296, fsdp_parallelism=4294967296, expert_parallelism=1: "
+                           "the product does not equal the world size"),
+        std::string::npos)
         << t.problems[0];
   }
   // A product that wrapped around to the world size was taken for that mesh ((2^61 + 1) x 8 = 8).

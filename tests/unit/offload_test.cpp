@@ -171,7 +171,8 @@ TEST(Topology, ParseAndDefaults) {
     EXPECT_NE(error_of([&] { parse_topology(bad); }).find("--topology"), std::string::npos) << bad;
   // Ranks and cores are ints to MPI and the mesh: 2^32 + 1 ranks once checked the mesh of 1 rank.
   for (const char* big : {"ranks=4294967297,mpi_thread=multiple", "cores=2147483648"})
-    EXPECT_NE(error_of([&] { parse_topology(big); }).find("must be an integer in [1, 2147483647]"), std::string::npos)
+    EXPECT_NE(error_of([&] { parse_topology(big); }).find("must be an integer in [1, 2147483647]"),
+              std::string::npos)
         << big;
   EXPECT_EQ(parse_topology("ranks=2147483647,mpi_thread=single").ranks, 2147483647);
 }

@@ -37,8 +37,8 @@ void expect_contains(const std::string& msg, std::initializer_list<std::string> 
 // A safetensors file with one tensor `name` of `dtype` and `shape` (JSON text)
 // spanning [0, 0) of an empty data buffer.
 std::string one_tensor_file(const std::string& name, const std::string& dtype, const std::string& shape) {
-  const std::string header =
-      "{\"" + name + "\": {\"dtype\": \"" + dtype + "\", \"shape\": " + shape + ", \"data_offsets\": [0, 0]}}";
+  const std::string header = "{\"" + name + "\": {\"dtype\": \"" + dtype + "\", \"shape\": " + shape +
+                             ", \"data_offsets\": [0, 0]}}";
   std::string size(8, '\0');
   const uint64_t n = header.size();
   std::memcpy(size.data(), &n, 8);
@@ -46,7 +46,10 @@ std::string one_tensor_file(const std::string& name, const std::string& dtype, c
 }
 
 TEST(ShapeOverflow, ElementCountOverflowIsAnError) {
-  expect_contains(error_of([] { shape_numel({INT64_MAX, 2}); }), {"[9223372036854775807, 2]", "overflows 64 bits"});
+  expect_contains(error_of([] {
+                    shape_numel({INT64_MAX, 2});
+                  }),
+                  {"[9223372036854775807, 2]", "overflows 64 bits"});
   // A zero dimension does not excuse the others: their product must still fit.
   expect_contains(error_of([] { shape_numel({0, INT64_MAX, 2}); }), {"overflows 64 bits"});
   EXPECT_EQ(shape_numel({0, INT64_MAX}), 0);
@@ -57,7 +60,9 @@ TEST(ShapeOverflow, ElementCountOverflowIsAnError) {
 TEST(ShapeOverflow, TensorByteSizeOverflowIsAnError) {
   expect_contains(error_of([] { Tensor::empty(DType::f32, {int64_t(1) << 62}); }),
                   {"[4611686018427387904]", "f32", "byte size overflows"});
-  expect_contains(error_of([] { Tensor t(DType::i64, {int64_t(1) << 31, int64_t(1) << 31}); }),
+  expect_contains(error_of([] {
+                    Tensor t(DType::i64, {int64_t(1) << 31, int64_t(1) << 31});
+                  }),
                   {"byte size overflows"});
 }
 
@@ -82,7 +87,8 @@ TEST(ShapeOverflow, SafetensorsReaderNamesFileAndTensor) {
 TEST(ShapeOverflow, CheckpointLoaderNamesTheFile) {
   TempDir d;
   const Config cfg =
-      parse_config("num_experts: 2\nnum_experts_per_tok: 1\nemb_dim: 4\nmoe_mlp_dim: 2\nnum_layers: 1\n", "t", {})
+      parse_config("num_experts: 2\nnum_experts_per_tok: 1\nemb_dim: 4\nmoe_mlp_dim: 2\nnum_layers: 1\n", "t",
+                   {})
           .config;
   const std::string file = d.file(train::checkpoint_file_name(3));
   testing::write_bytes(file, one_tensor_file("layers.0.norm.scale", "F32", "[4294967296, 4294967296]"));
