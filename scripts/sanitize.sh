@@ -1,17 +1,19 @@
 #!/usr/bin/env bash
 # Builds the test suite's binaries (moe, moe_tests, moe_mpi_tests) with AddressSanitizer +
-# UndefinedBehaviorSanitizer into ./build-asan (clang, -O1, MOE_SANITIZE=ON) and runs the suite's
-# CTest entries there: unit, layer, CLI and MPI tests (mpirun passes the environment below to its
-# ranks). Leak checking is on; tests/sanitize/lsan.supp suppresses only the MPI stack's own
+# UndefinedBehaviorSanitizer into ./build-asan (clang, -O1, MOE_SANITIZE=ON, MOE_FUZZ=ON) and runs
+# the suite's CTest entries there: unit, layer, CLI and MPI tests (mpirun passes the environment
+# below to its ranks), and the fuzz targets' corpus replay. Leak checking is on; tests/sanitize/lsan.supp suppresses only the MPI stack's own
 # allocations (docs/reliability.md "Sanitizers"). The first report fails the run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 jobs="${MOE_JOBS:-2}"
 CC="${MOE_SANITIZE_CC:-clang}" CXX="${MOE_SANITIZE_CXX:-clang++}" \
-  cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DMOE_SANITIZE=ON >/dev/null
-# Only what the suite runs (no gemm_bench).
-cmake --build build-asan --target moe moe_tests moe_mpi_tests -j "$jobs"
+  cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DMOE_SANITIZE=ON -DMOE_FUZZ=ON >/dev/null
+# Only what the suite runs (no gemm_bench), and the fuzz targets: MOE_FUZZ=ON adds the fuzzer's
+# coverage hooks to the same objects, so the entry `fuzz_replay` (scripts/fuzz.sh --replay) needs
+# no build of its own.
+cmake --build build-asan --target moe moe_tests moe_mpi_tests moe_fuzz_targets -j "$jobs"
 # abort_on_error: a report ends the process with SIGABRT, whatever exit status a test expects.
 # print_suppressions=0: the suppressed MPI leaks are not listed after every rank.
 # fast_unwind_on_malloc=0: Open MPI's plugins have no frame pointers and are unloaded by

@@ -46,6 +46,9 @@ struct SafetensorsEntry {
 class SafetensorsReader {
  public:
   explicit SafetensorsReader(const std::string& path);
+  // A reader over a whole file's bytes in memory (the caller keeps them alive
+  // as long as the reader); `name` stands for the path in messages.
+  static SafetensorsReader from_bytes(std::string_view bytes, const std::string& name);
 
   const std::string& path() const;
   const std::vector<SafetensorsEntry>& entries() const;  // in file (offset) order
@@ -61,6 +64,7 @@ class SafetensorsReader {
 
  private:
   struct Impl;
+  explicit SafetensorsReader(std::shared_ptr<const Impl> impl);
   std::shared_ptr<const Impl> impl_;
 };
 
@@ -68,6 +72,9 @@ class SafetensorsReader {
 // 64-byte aligned storage. Throws moe::Error naming the file (and the tensor,
 // where there is one) on any malformed or unsupported content.
 SafetensorsFile read_safetensors(const std::string& path);
+// The same from the file's bytes in memory; `name` stands for the path in
+// messages and in the result's `path`.
+SafetensorsFile parse_safetensors(std::string_view bytes, const std::string& name);
 
 // Writes the tensors, in the given order and contiguously, after a header
 // padded with spaces so the data starts at an 8-byte aligned file offset.

@@ -54,8 +54,10 @@ MeshShape resolve_mesh_shape(int64_t d, int64_t f, int64_t e, int world, bool la
       rest_at = i;
     } else if (vals[i] < 1) {
       fail(values_str(d, f, e), ": each must be >= 1, or -1 for the rest of the world size");
-    } else {
-      known *= vals[i];
+    } else if (__builtin_mul_overflow(known, vals[i], &known)) {
+      // Far past any world size (an int): the checks below report the mismatch (was a signed
+      // overflow under config_fuzz: fuzz/config/corpus/crash-parallelism_product_overflow).
+      known = INT64_MAX;
     }
   }
   if (rest_at >= 0) {

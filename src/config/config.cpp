@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -28,7 +29,9 @@ struct RawValue {
   std::string source;  // "file" | "override"
 };
 
-size_t edit_distance(const std::string& a, const std::string& b) {
+// Levenshtein distance of a and b, or `limit` when it is at least `limit` (a row's minimum never
+// decreases, so the rows stop there).
+size_t edit_distance(const std::string& a, const std::string& b, size_t limit) {
   std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
   for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
   for (size_t i = 1; i <= a.size(); ++i) {
@@ -36,15 +39,21 @@ size_t edit_distance(const std::string& a, const std::string& b) {
     for (size_t j = 1; j <= b.size(); ++j)
       cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] != b[j - 1] ? 1 : 0)});
     std::swap(prev, cur);
+    if (*std::min_element(prev.begin(), prev.end()) >= limit) return limit;
   }
-  return prev[b.size()];
+  return std::min(prev[b.size()], limit);
 }
 
 std::string unknown_key_message(const std::string& key) {
   std::string best;
   size_t best_d = std::max<size_t>(2, key.size() / 3) + 1;  // farther than this: no suggestion
   for (const auto& k : key_table()) {
-    size_t d = edit_distance(key, k.name);
+    // The length difference bounds the distance from below: a key far longer than every name (a
+    // stray line of text) costs no quadratic comparisons.
+    const size_t n = std::strlen(k.name);
+    const size_t gap = key.size() > n ? key.size() - n : n - key.size();
+    if (gap >= best_d) continue;
+    size_t d = edit_distance(key, k.name, best_d);
     if (d < best_d) best_d = d, best = k.name;
   }
   if (best.empty()) return "unknown config key '" + key + "' (see `moe validate --help` for every key)";

@@ -23,11 +23,16 @@ std::string shape_str(const Shape& s) {
 
 int64_t shape_numel(const Shape& s) {
   int64_t n = 1;
-  for (int64_t d : s) {
+  for (int64_t d : s)
     if (d < 0) fail("shape ", shape_str(s), " has a negative dimension");
-    n *= d;
+  // The product of the non-zero dimensions must fit, even when a zero makes the count 0.
+  bool zero = false;
+  for (int64_t d : s) {
+    zero = zero || d == 0;
+    if (d != 0 && __builtin_mul_overflow(n, d, &n))
+      fail("shape ", shape_str(s), " has too many elements: the count overflows 64 bits");
   }
-  return n;
+  return zero ? 0 : n;
 }
 
 namespace {
@@ -67,6 +72,9 @@ Tensor Tensor::empty(DType dtype, Shape shape) {
   Tensor t;
   t.dtype_ = dtype;
   t.numel_ = shape_numel(shape);
+  if (t.numel_ > (INT64_MAX - int64_t(Tensor::kAlign)) / int64_t(dtype_size(dtype)))
+    fail("shape ", shape_str(shape), " of ", dtype_name(dtype),
+         " is too large: its byte size overflows 63 bits");
   t.shape_ = std::move(shape);
   t.storage_ = allocate(t.nbytes());
   return t;

@@ -3,6 +3,7 @@
 #include "moe/topology.h"
 
 #include <charconv>
+#include <climits>
 #include <sstream>
 #include <thread>
 
@@ -19,11 +20,12 @@ std::string trim(const std::string& s) {
   return b == std::string::npos ? "" : s.substr(b, e - b + 1);
 }
 
+// Ranks and cores are ints to MPI and the mesh.
 int64_t positive_int(const std::string& key, const std::string& value) {
   int64_t v = 0;
   auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), v);
-  if (ec != std::errc() || end != value.data() + value.size() || v < 1)
-    fail("--topology: ", key, " must be an integer >= 1 (got '", value, "')");
+  if (ec != std::errc() || end != value.data() + value.size() || v < 1 || v > INT_MAX)
+    fail("--topology: ", key, " must be an integer in [1, ", INT_MAX, "] (got '", value, "')");
   return v;
 }
 

@@ -22,10 +22,12 @@ using json = nlohmann::json;
 
 constexpr uint64_t kMaxHeaderBytes = uint64_t(100) << 20;  // real headers are kilobytes
 
-// A file opened read-only; closed on destruction. Bytes are read with pread,
-// so nothing but what is asked for is held in memory.
+// A file opened read-only, closed on destruction, or bytes in memory that the
+// caller keeps alive. File bytes are read with pread, so nothing but what is
+// asked for is held in memory.
 class ReadFile {
  public:
+  explicit ReadFile(std::string_view bytes) : mem_(bytes), size_(bytes.size()) {}
   explicit ReadFile(const std::string& path) {
     fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd_ < 0) fail(path, ": cannot open: ", std::strerror(errno));
@@ -41,13 +43,21 @@ class ReadFile {
     }
     size_ = uint64_t(st.st_size);
   }
-  ~ReadFile() { ::close(fd_); }
+  ~ReadFile() {
+    if (fd_ >= 0) ::close(fd_);
+  }
   ReadFile(const ReadFile&) = delete;
   ReadFile& operator=(const ReadFile&) = delete;
   uint64_t size() const { return size_; }
 
   // Reads exactly n bytes at `offset`; `what` names them in errors.
   void read(uint64_t offset, void* dst, uint64_t n, const std::string& what) const {
+    if (fd_ < 0) {
+      if (offset > size_ || n > size_ - offset)
+        fail(what, ": bytes [", offset, ", ", offset + n, ") are past the end (", size_, " bytes)");
+      if (n) std::memcpy(dst, mem_.data() + offset, size_t(n));
+      return;
+    }
     auto* p = static_cast<char*>(dst);
     while (n > 0) {
       const size_t chunk = size_t(std::min<uint64_t>(n, uint64_t(1) << 30));
@@ -61,6 +71,7 @@ class ReadFile {
 
  private:
   int fd_ = -1;
+  std::string_view mem_;
   uint64_t size_ = 0;
 };
 
@@ -176,12 +187,14 @@ Entry parse_entry(const std::string& path, const std::string& name, const json& 
 }
 
 // Bytes that shape x dtype needs. The product of the non-zero dimensions
-// must fit in 64 bits even for a zero-size tensor (Shape math is int64).
+// must fit in 63 bits even for a zero-size tensor (Shape math is int64, and
+// every dtype is at least 2 bytes, so the element count fits as well).
 uint64_t needed_bytes(const Entry& e, const std::string& where) {
   uint64_t bytes = dtype_size(e.dtype);
   for (int64_t d : e.shape)
-    if (d != 0 && __builtin_mul_overflow(bytes, uint64_t(d), &bytes))
-      fail(where, ": shape ", shape_str(e.shape), " is too large");
+    if (d != 0 && (__builtin_mul_overflow(bytes, uint64_t(d), &bytes) || bytes > uint64_t(INT64_MAX)))
+      fail(where, ": shape ", shape_str(e.shape), " of ", dtype_safetensors_name(e.dtype),
+           " is too large: its byte size overflows 63 bits");
   const bool zero_size = std::find(e.shape.begin(), e.shape.end(), 0) != e.shape.end();
   return zero_size ? 0 : bytes;
 }
@@ -231,7 +244,7 @@ struct SafetensorsReader::Impl {
   std::map<std::string, size_t, std::less<>> index;   // name -> entry
   std::map<std::string, std::string> metadata;
 
-  explicit Impl(const std::string& p) : path(p), file(std::make_unique<ReadFile>(p)) {
+  Impl(const std::string& p, std::unique_ptr<ReadFile> f) : path(p), file(std::move(f)) {
     auto [header_text, buffer_size] = read_header_text(path, *file);
     data_start = 8 + header_text.size();
     const json header = parse_header(path, header_text);
@@ -260,7 +273,14 @@ struct SafetensorsReader::Impl {
 };
 
 SafetensorsReader::SafetensorsReader(const std::string& path)
-    : impl_(with_context(path, [&] { return std::make_shared<const Impl>(path); })) {}
+    : impl_(with_context(path, [&] { return std::make_shared<const Impl>(path, std::make_unique<ReadFile>(path)); })) {}
+
+SafetensorsReader::SafetensorsReader(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) {}
+
+SafetensorsReader SafetensorsReader::from_bytes(std::string_view bytes, const std::string& name) {
+  return SafetensorsReader(
+      with_context(name, [&] { return std::make_shared<const Impl>(name, std::make_unique<ReadFile>(bytes)); }));
+}
 
 const std::string& SafetensorsReader::path() const { return impl_->path; }
 const std::vector<SafetensorsEntry>& SafetensorsReader::entries() const { return impl_->entries; }
@@ -302,13 +322,22 @@ Tensor SafetensorsReader::read_rows(std::string_view name, int64_t begin, int64_
   });
 }
 
-SafetensorsFile read_safetensors(const std::string& path) {
-  SafetensorsReader reader(path);
+namespace {
+
+SafetensorsFile read_all(const SafetensorsReader& reader) {
   SafetensorsFile out;
-  out.path = path;
+  out.path = reader.path();
   out.metadata = reader.metadata();
   for (const SafetensorsEntry& e : reader.entries()) out.tensors.emplace_back(e.name, reader.read(e.name));
   return out;
+}
+
+}  // namespace
+
+SafetensorsFile read_safetensors(const std::string& path) { return read_all(SafetensorsReader(path)); }
+
+SafetensorsFile parse_safetensors(std::string_view bytes, const std::string& name) {
+  return read_all(SafetensorsReader::from_bytes(bytes, name));
 }
 
 }  // namespace moe

@@ -23,6 +23,15 @@ std::vector<Slot> slots(const Config& cfg) {
   return s;
 }
 
+// Whether an f32 tensor of `shape` can be addressed: element count and byte
+// size fit in 63 bits (negative dimensions are left to the shape compare).
+bool fits_in_memory(const Shape& shape) {
+  int64_t bytes = int64_t(sizeof(float));
+  for (int64_t d : shape)
+    if (d > 0 && __builtin_mul_overflow(bytes, d, &bytes)) return false;
+  return true;
+}
+
 int64_t fan_in(const std::string& name, const Config& cfg) {
   return name == "experts.wo" ? cfg.moe_mlp_dim : cfg.emb_dim;
 }
@@ -30,6 +39,7 @@ int64_t fan_in(const std::string& name, const Config& cfg) {
 
 std::vector<std::pair<std::string, Shape>> weight_shapes(const Config& cfg) {
   const int64_t D = cfg.emb_dim, E = cfg.num_experts, F = cfg.moe_mlp_dim;
+  if (F > INT64_MAX / 2) fail("moe_mlp_dim=", F, " is too large: 2 x moe_mlp_dim overflows 64 bits");
   std::vector<std::pair<std::string, Shape>> out;
   for (const Slot& s : slots(cfg)) {
     std::string n = s.name;
@@ -68,6 +78,11 @@ LayerWeights weights_from(const Config& cfg, const std::function<const Tensor*(c
                           const std::string& prefix, const std::string& origin) {
   LayerWeights w;
   auto shapes = weight_shapes(cfg);
+  // parse_config rejects such shapes; a Config built in code may still hold one.
+  for (const auto& [name, shape] : shapes)
+    if (!fits_in_memory(shape))
+      fail(origin, ": weight '", prefix + name, "': the config's shape ", shape_str(shape),
+           " is too large (its element count or f32 byte size overflows 63 bits)");
   size_t i = 0;
   w.for_each(cfg, [&](const std::string& name, Tensor& t) {
     const Shape& shape = shapes[i++].second;

@@ -171,30 +171,7 @@ TrainState load(const std::string& dir, const Config& cfg) {
   std::getline(in, name);
   if (name.empty() || name.find('/') != std::string::npos)
     fail(latest.string(), ": does not name a checkpoint file (got '", name, "')");
-  SafetensorsFile f = read_safetensors((fs::path(dir) / name).string());
-  check_meta(f, cfg);
-  TrainState st = fresh_state(cfg);
-  st.step = parse_step(f);
-  size_t expected = 0;
-  auto shapes = parameter_shapes(cfg);
-  auto rs = rows(cfg, st);
-  for (size_t i = 0; i < rs.size(); ++i) {
-    *rs[i].p = take(f, rs[i].name, shapes[i].second);
-    *rs[i].m = take(f, "opt.m." + rs[i].name, shapes[i].second);
-    *rs[i].v = take(f, "opt.v." + rs[i].name, shapes[i].second);
-    expected += 3;
-  }
-  if (f.tensors.size() != expected) {
-    for (const auto& entry : f.tensors) {
-      const std::string& n = entry.first;  // not a structured binding: clang 14 cannot capture one
-      bool known = std::any_of(rs.begin(), rs.end(), [&](const Row& r) {
-        return n == r.name || n == "opt.m." + r.name || n == "opt.v." + r.name;
-      });
-      if (!known)
-        fail(f.path, ": unexpected tensor '", n, "' (the config has num_layers=", cfg.num_layers, ")");
-    }
-  }
-  return st;
+  return state_from_checkpoint(read_safetensors((fs::path(dir) / name).string()), cfg);
 }
 
 }  // namespace
@@ -206,6 +183,34 @@ int prepare_checkpoint_dir(const std::string& dir) {
 
 std::string save_checkpoint(const std::string& dir, const Config& cfg, const TrainState& st) {
   return with_context("checkpoint_dir " + dir, [&] { return save(dir, cfg, st); });
+}
+
+TrainState state_from_checkpoint(const SafetensorsFile& f, const Config& cfg) {
+  return with_context(f.path, [&] {
+    check_meta(f, cfg);
+    TrainState st = fresh_state(cfg);
+    st.step = parse_step(f);
+    size_t expected = 0;
+    auto shapes = parameter_shapes(cfg);
+    auto rs = rows(cfg, st);
+    for (size_t i = 0; i < rs.size(); ++i) {
+      *rs[i].p = take(f, rs[i].name, shapes[i].second);
+      *rs[i].m = take(f, "opt.m." + rs[i].name, shapes[i].second);
+      *rs[i].v = take(f, "opt.v." + rs[i].name, shapes[i].second);
+      expected += 3;
+    }
+    if (f.tensors.size() != expected) {
+      for (const auto& entry : f.tensors) {
+        const std::string& n = entry.first;  // (clang 14 cannot capture a structured binding)
+        bool known = std::any_of(rs.begin(), rs.end(), [&](const Row& r) {
+          return n == r.name || n == "opt.m." + r.name || n == "opt.v." + r.name;
+        });
+        if (!known)
+          fail(f.path, ": unexpected tensor '", n, "' (the config has num_layers=", cfg.num_layers, ")");
+      }
+    }
+    return st;
+  });
 }
 
 TrainState load_checkpoint(const std::string& dir, const Config& cfg) {

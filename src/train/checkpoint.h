@@ -10,6 +10,7 @@
 #include <string>
 
 #include "moe/config.h"
+#include "moe/safetensors.h"
 #include "train/train_state.h"
 
 namespace moe::train {
@@ -38,6 +39,9 @@ std::string save_checkpoint(const std::string& dir, const Config& cfg, const Tra
 // the same seed and teacher_seed. Every failure is a moe::Error naming the
 // directory or file and the tensor or key.
 TrainState load_checkpoint(const std::string& dir, const Config& cfg);
+// The checks and state of load_checkpoint for a checkpoint file already read
+// (read_safetensors, or parse_safetensors from bytes); errors name f.path.
+TrainState state_from_checkpoint(const SafetensorsFile& f, const Config& cfg);
 
 // The resolved config as JSON text: {"key": "printed value", ...}.
 std::string config_json(const Config& cfg);

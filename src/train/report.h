@@ -3,6 +3,7 @@
 // (max / mean tokens per expert) over steps.
 #pragma once
 
+#include <iosfwd>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,8 @@ struct MetricsSeries {
 // `loss`, a `load` that is not a list of {max, mean}, layers changing count,
 // or no lines at all.
 MetricsSeries read_metrics(const std::string& path);
+// The same from a stream; `path` names it in messages.
+MetricsSeries read_metrics(std::istream& in, const std::string& path);
 
 // The SVG document for `s` (REQUIRES: at least one line). Every series is a
 // <polyline> with one point per metrics line.

@@ -1,6 +1,7 @@
 // Reading the metrics file for `moe report`.
 #include <cmath>
 #include <fstream>
+#include <istream>
 #include <nlohmann/json.hpp>
 
 #include "moe/error.h"
@@ -46,6 +47,10 @@ void add_line(MetricsSeries& s, const std::string& line, const std::string& wher
 MetricsSeries read_metrics(const std::string& path) {
   std::ifstream in(path);
   if (!in) fail("metrics file ", path, ": cannot open (does it exist?)");
+  return read_metrics(in, path);
+}
+
+MetricsSeries read_metrics(std::istream& in, const std::string& path) {
   MetricsSeries s;
   int64_t n = 0;
   for (std::string line; std::getline(in, line);) {

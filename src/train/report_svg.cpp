@@ -40,12 +40,19 @@ std::string xml_escape(const std::string& s) {
   return o;
 }
 
-// About five round tick values covering [lo, hi].
+// About five round tick values covering [lo, hi] (none when the range is not finite). Counted by
+// index: at 1e17, v + step == v (fuzz/metrics/corpus/crash-step_1e17_endless_ticks looped forever).
 std::vector<double> linear_ticks(double lo, double hi) {
   const double raw = (hi - lo) / 5, mag = std::pow(10.0, std::floor(std::log10(raw > 0 ? raw : 1)));
   const double step = raw / mag < 2 ? 2 * mag : raw / mag < 5 ? 5 * mag : 10 * mag;
   std::vector<double> t;
-  for (double v = std::ceil(lo / step) * step; v <= hi + 1e-9 * step; v += step) t.push_back(v);
+  if (!std::isfinite(step) || !(step > 0)) return t;
+  const double first = std::ceil(lo / step);
+  for (int i = 0; i < 12; ++i) {
+    const double v = (first + i) * step;
+    if (!(v <= hi + 1e-9 * step)) break;
+    if (t.empty() || v > t.back()) t.push_back(v);
+  }
   return t;
 }
 
@@ -111,13 +118,16 @@ std::string render_report_svg(const MetricsSeries& s, const std::string& title) 
   auto [s0, s1] = finite_range(s.step, false);
   Axis x{s0, s1 > s0 ? s1 : s0 + 1, false, kLeft, kWidth - kRight};
   auto [l0, l1] = finite_range(s.loss, true);
-  Axis ly{l0, l1 > l0 ? l1 : l0 * 10, true, 60 + kPanelH + 20, 80};
+  // One loss value spans a decade above it, or below it near DBL_MAX (an infinite end would make
+  // the decade count infinite: fuzz/metrics/corpus/crash-loss_1e308_inf_to_int).
+  const bool top_decade = !std::isfinite(l0 * 10);
+  Axis ly{top_decade ? l0 / 10 : l0, l1 > l0 ? l1 : top_decade ? l0 : l0 * 10, true, 60 + kPanelH + 20, 80};
   frame(o, x, ly, "loss (log scale)", "loss");
   polyline(o, x, ly, s.step, s.loss, kColors[0]);
   double b1 = 1.0;
   for (const auto& layer : s.balance) b1 = std::max(b1, finite_range(layer, false).second);
   const double top = 80 + kPanelH + 70;
-  Axis by{0.0, b1 * 1.05, false, top + kPanelH, top};
+  Axis by{0.0, std::isfinite(b1 * 1.05) ? b1 * 1.05 : b1, false, top + kPanelH, top};
   frame(o, x, by, "expert load: max / mean tokens per expert", "max / mean");
   for (size_t i = 0; i < s.balance.size(); ++i) {
     const char* color = kColors[i % 8];

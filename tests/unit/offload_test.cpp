@@ -169,6 +169,12 @@ TEST(Topology, ParseAndDefaults) {
   for (const char* bad :
        {"ranks=0", "ranks=x", "cores=-2", "mpi_thread=parallel", "gpus=2", "ranks", "ranks=4", "backend=tpu"})
     EXPECT_NE(error_of([&] { parse_topology(bad); }).find("--topology"), std::string::npos) << bad;
+  // Ranks and cores are ints to MPI and the mesh: 2^32 + 1 ranks once checked the mesh of 1 rank.
+  for (const char* big : {"ranks=4294967297,mpi_thread=multiple", "cores=2147483648"})
+    EXPECT_NE(error_of([&] { parse_topology(big); }).find("must be an integer in [1, 2147483647]"),
+              std::string::npos)
+        << big;
+  EXPECT_EQ(parse_topology("ranks=2147483647,mpi_thread=single").ranks, 2147483647);
 }
 
 TEST(Topology, MeshProduct) {
