@@ -409,7 +409,9 @@ MixtralConvertReport convert_to_mixtral(const std::string& in, const std::string
     fail(in, ": has both unprefixed layer weights (router.kernel, experts.*) and layers.{i}.* ones: ",
          "which layer is which is ambiguous");
   Plan plan;
-  for (const auto& [i, b] : blocks) {
+  for (const auto& block : blocks) {
+    const auto& i = block.first;  // not structured bindings: clang 14 cannot capture those
+    const auto& b = block.second;
     const int64_t index = i == kMissing ? 0 : i;
     const std::string eng = i == kMissing ? "" : "layers." + std::to_string(i) + ".";
     const std::string in_layer = in + (i == kMissing ? std::string() : ": layer " + std::to_string(i));
