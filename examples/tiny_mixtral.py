@@ -243,16 +243,26 @@ def init_weights(a):
 
 
 class Sharding:
-    """Which rows of each parameter this rank holds: the MoE layers' expert weights hold this
-    rank's experts (the engine's shards), everything else is whole (replicated)."""
+    """Which experts of each MoE layer this rank holds (a distributed MoELayer's parameters are the
+    engine's shards of the expert dimension); everything else is whole (replicated). The range is
+    found by matching the layer's loaded shard against the full initial tensor."""
 
-    def __init__(self, model, a, world):
+    def __init__(self, model, init, a):
         self.ranges = {}
         for name, p in model.named_parameters():
-            full_e = a.experts
-            if name.split(".")[-1] in ("wi_0", "wi_1", "wo") and p.shape[0] != full_e:
-                lo, hi = expert_range(model, name, p, a, world)
-                self.ranges[name] = (lo, hi)
+            if name.split(".")[-1] not in ("wi_0", "wi_1", "wo"):
+                continue
+            full = init[name]
+            if tuple(p.shape) == tuple(full.shape):
+                continue
+            n = p.shape[0]
+            if tuple(p.shape[1:]) != tuple(full.shape[1:]) or a.experts % n:
+                raise ExampleError(f"parameter {name}: local shape {list(p.shape)} is not a shard of the expert "
+                                   f"dimension of {list(full.shape)} (only expert and data parallelism are supported)")
+            found = [lo for lo in range(0, a.experts, n) if torch.equal(p.detach(), full[lo:lo + n])]
+            if len(found) != 1:
+                raise ExampleError(f"parameter {name}: cannot tell which experts this rank holds")
+            self.ranges[name] = (found[0], found[0] + n)
 
     def sharded(self, name):
         return name in self.ranges
@@ -264,7 +274,8 @@ class Sharding:
         return full
 
     def gather(self, name, local, full_shape, world):
-        """The whole tensor on every rank: each rank writes its rows into zeros, then a sum."""
+        """The whole tensor on every rank: each rank writes its rows into zeros, then a sum (each
+        element has one non-zero addend: exact)."""
         if name not in self.ranges:
             return local
         full = torch.zeros(full_shape, dtype=local.dtype)
@@ -273,18 +284,14 @@ class Sharding:
         return world.sum_(full)
 
 
-def expert_range(model, name, p, a, world):
-    layer = model.get_submodule(name.rsplit(".", 1)[0])
-    rng = getattr(layer, "expert_range", None)
-    if rng is not None:
-        lo, hi = rng() if callable(rng) else rng
-        return int(lo), int(hi)
-    n = p.shape[0]
-    if a.experts % n:
-        raise ExampleError(f"parameter {name}: {n} local experts do not divide {a.experts}")
-    shards = a.experts // n
-    r = world.rank % shards
-    return r * n, (r + 1) * n
+def to_mixtral(init, prefix, experts):
+    """The initial weights of one MoE layer as a Mixtral block state dict (load_mixtral_block)."""
+    sd = {"gate.weight": init[prefix + "router"].t()}
+    for j in range(experts):
+        sd[f"experts.{j}.w1.weight"] = init[prefix + "wi_0"][j].t()
+        sd[f"experts.{j}.w3.weight"] = init[prefix + "wi_1"][j].t()
+        sd[f"experts.{j}.w2.weight"] = init[prefix + "wo"][j].t()
+    return sd
 
 
 # ---------------------------------------------------------------------------------------------
@@ -429,12 +436,12 @@ def fmt_time(s):
 def evaluate(model, heldout, a, world):
     """Mean cross-entropy (nats per byte) of fixed held-out windows, over all ranks."""
     model.eval()
-    tot = torch.zeros(2, dtype=torch.float64)
+    tot = torch.zeros(2, dtype=torch.float32)
     with torch.no_grad():
         for i in range(a.eval_batches):
             x, y = batch(heldout, a, i, world, generator_seed=10_000 + a.seed)
             logits, _ = model(x)
-            tot[0] += F.cross_entropy(logits.reshape(-1, 256), y.reshape(-1), reduction="sum").double()
+            tot[0] += F.cross_entropy(logits.reshape(-1, 256), y.reshape(-1), reduction="sum")
             tot[1] += y.numel()
     model.train()
     world.sum_(tot)
@@ -452,7 +459,7 @@ def sample(model, a, world):
             x = torch.tensor([ctx[-a.seq_len:]])
             logits, _ = model(x)
             probs = torch.softmax(logits[0, -1].double() / a.temperature, dim=-1)
-            tok = torch.multinomial(probs, 1, generator=g).double()
+            tok = torch.multinomial(probs, 1, generator=g).float()
             if world.rank != 0:
                 tok.zero_()
             ctx.append(int(world.sum_(tok).item()))
@@ -474,6 +481,11 @@ def main(argv=None):
         raise ExampleError(f"--batch {a.batch} must be divisible by the {world.size} ranks")
     if a.ffn == "torch" and a.layer_config:
         raise ExampleError(f"--config {' '.join(a.config)} applies to --ffn engine only")
+    par_keys = ("data_parallelism", "fsdp_parallelism", "expert_parallelism")
+    if a.ffn == "engine" and world.size > 1 and not any(k in a.layer_config for k in par_keys):
+        a.layer_config["expert_parallelism"] = world.size  # the default under mpirun: experts over the ranks
+    if a.layer_config.get("fsdp_parallelism", 1) != 1:
+        raise ExampleError("--config fsdp_parallelism: the example supports expert and data parallelism only")
     say = print if world.rank == 0 else (lambda *x, **k: None)
     threads = a.threads or default_threads()
     t_torch, t_engine = a.torch_threads or threads, a.engine_threads or threads
@@ -497,7 +509,6 @@ def main(argv=None):
         def make_ffn():
             return util.TorchMoE(a.experts, a.top_k, a.dim, a.mlp_dim, dtype=dtype, impl=a.torch_block, **routing)
     model = TinyMixtral(a, make_ffn)
-    shard = Sharding(model, a, world)
     init = init_weights(a)
     names = dict(model.named_parameters())
     if set(names) != set(init):
@@ -505,7 +516,12 @@ def main(argv=None):
     full_shapes = {n: tuple(init[n].shape) for n in names}
     with torch.no_grad():
         for n, p in names.items():
-            p.copy_(shard.local(n, init[n]))
+            if a.ffn == "torch" or ".ffn." not in n:
+                p.copy_(init[n])
+        if a.ffn == "engine":
+            for i, b in enumerate(model.blocks):
+                b.ffn.load_mixtral_block(to_mixtral(init, f"blocks.{i}.ffn.", a.experts))
+    shard = Sharding(model, init, a)
     decay = [p for n, p in names.items() if p.dim() >= 2 and not n.endswith("pos")]
     no_decay = [p for n, p in names.items() if not (p.dim() >= 2 and not n.endswith("pos"))]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": a.weight_decay},
@@ -557,17 +573,23 @@ def main(argv=None):
         zl = sum(aux["z_loss"] for aux in auxes)
         loss = ce + lb + zl
         opt.zero_grad(set_to_none=True)
-        # the global loss is the mean of the ranks' losses: each rank's share is 1/W of its own;
-        # the engine sums the expert and router gradients over ranks, the replicated ones are
-        # summed here
-        (loss / world.size).backward()
-        sq = torch.zeros(2, dtype=torch.float64)
+        # The global loss is the mean over ranks of the cross-entropy plus the aux losses. Each rank
+        # backpropagates its share: ce / W, and the engine's aux losses (global values, the same on
+        # every rank; each rank's backward yields its own tokens' part of their gradient) at weight
+        # 1; the plain block's aux losses are this rank's own, so they are averaged like ce. The
+        # engine sums the expert and router gradients over the ranks; the replicated parameters'
+        # gradients are summed below.
+        if a.ffn == "engine":
+            (ce / world.size + lb + zl).backward()
+        else:
+            (loss / world.size).backward()
+        sq = torch.zeros(2, dtype=torch.float32)
         for n, p in names.items():
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
             if not shard.sharded(n) and not engine_summed(n, a):
                 world.sum_(p.grad)
-            sq[1 if shard.sharded(n) else 0] += p.grad.double().pow(2).sum()
+            sq[1 if shard.sharded(n) else 0] += p.grad.pow(2).sum()
         sq[1:] = world.sum_(sq[1:].clone())
         gnorm = float(sq.sum().sqrt())
         if a.grad_clip > 0 and gnorm > a.grad_clip:
@@ -577,7 +599,7 @@ def main(argv=None):
             raise ExampleError(f"step {step + 1}: non-finite loss {float(loss)} or gradient norm {gnorm}; "
                                f"the last checkpoint in {a.out} is intact")
         opt.step()
-        stats = torch.tensor([float(loss), float(ce), float(lb), float(zl)], dtype=torch.float64)
+        stats = torch.tensor([float(loss), float(ce), float(lb), float(zl)], dtype=torch.float32)
         world.sum_(stats)
         stats /= world.size
         dt = time.perf_counter() - t0
@@ -629,5 +651,7 @@ if __name__ == "__main__":
     try:
         sys.exit(main())
     except ExampleError as e:
+        if "OMPI_COMM_WORLD_SIZE" in os.environ or "PMI_SIZE" in os.environ:
+            raise  # under mpirun: moe_engine's excepthook ends every rank with the message
         print(f"tiny_mixtral: error: {e}", file=sys.stderr)
         sys.exit(2)
