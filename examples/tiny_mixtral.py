@@ -605,7 +605,7 @@ def main(argv=None):
         dt = time.perf_counter() - t0
         tokens = a.batch * a.seq_len
         if step > start:
-            rates.append(tokens / dt)
+            rates.append((tokens, dt))
         done = step + 1
         rec = {"step": done, "loss": float(stats[0]), "ce": float(stats[1]), "lb": float(stats[2]),
                "z": float(stats[3]), "lr": lr, "grad_norm": gnorm, "step_ms": dt * 1e3, "tokens": tokens,
@@ -619,7 +619,7 @@ def main(argv=None):
             metrics.write(json.dumps(rec) + "\n")
             metrics.flush()
         if done % a.log_every == 0 or done == start + 1 or done == end or "val_loss" in rec:
-            rate = sum(rates[-20:]) / len(rates[-20:]) if rates else tokens / dt
+            rate = sum(n for n, _ in rates[-20:]) / sum(t for _, t in rates[-20:]) if rates else tokens / dt
             eta = (end - done) * tokens / rate
             say(f"step {done}/{end}  loss {rec['loss']:.4f} (ce {rec['ce']:.4f})  lr {lr:.2e}  "
                 f"{rate:,.0f} tokens/s  ETA {fmt_time(eta)}"
@@ -630,10 +630,10 @@ def main(argv=None):
     if metrics:
         metrics.close()
     wall = time.perf_counter() - t_run
-    mean_rate = sum(rates) / len(rates) if rates else float("nan")
+    mean_rate = sum(n for n, _ in rates) / sum(t for _, t in rates) if rates else float("nan")
     if val is not None:
         say(f"held-out loss {val:.4f} nats/byte vs unigram entropy {h_unigram:.4f} "
-            f"({val / h_unigram:.2f}x); {mean_rate:,.0f} tokens/s (mean over steps after the first), "
+            f"({val / h_unigram:.2f}x); {mean_rate:,.0f} tokens/s (steps after the first), "
             f"{wall:.1f} s for {end - start} steps")
     if a.sample and end == a.steps:
         text = sample(model, a, world)
