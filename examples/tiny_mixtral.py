@@ -45,7 +45,7 @@ def parse_args(argv=None):
                    help="each block's FFN: moe_engine's MoELayer or the plain PyTorch Mixtral block")
     p.add_argument("--torch-block", choices=sorted(util.TORCH_BLOCKS), default="loop",
                    help="--ffn torch: the per-expert loop (Mixtral) or sort-by-expert")
-    p.add_argument("--steps", type=int, default=300, help="optimizer steps (the schedule's length)")
+    p.add_argument("--steps", type=int, default=200, help="optimizer steps (the schedule's length)")
     p.add_argument("--until", type=int, default=0, help="stop after this step (0: --steps); the schedule keeps --steps")
     p.add_argument("--batch", type=int, default=16, help="sequences per step (global, over all ranks)")
     p.add_argument("--seq-len", type=int, default=128, help="bytes per sequence")
