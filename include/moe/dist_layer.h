@@ -60,8 +60,9 @@ class DistLayer {
   // (this rank's slots dropped by capacity or a capped buffer); sum them over
   // the ranks for the global numbers.
   DistForwardPtr forward(const LayerWeights& shards, const Tensor& x, const Tensor* forced, LayerOutputs& out) const;
-  // dy: [T_l, D]. Returns dx [T_l, D] and the gradients of this rank's shards.
-  LayerGrads backward(const DistForward& fwd, const Tensor& dy) const;
+  // dy: [T_l, D]. Returns dx [T_l, D] and the gradients of this rank's shards. aux: the aux
+  // losses' cotangents (layer_backward); the same on every rank (the losses are global).
+  LayerGrads backward(const DistForward& fwd, const Tensor& dy, const AuxCotangents& aux = {}) const;
 
  private:
   void forward_a2a(const StepExec& ex, DistForward& f, Tensor& y) const;

@@ -76,7 +76,17 @@ struct LayerGrads {
 LayerForwardPtr layer_forward(const Config& cfg, const LayerWeights& w, const Tensor& x,
                               const Tensor* forced_idx, LayerOutputs& out, StepTrace* trace = nullptr);
 
-// Backward of L = sum(y * dy) + the weighted aux losses. dy: [T, D] any float dtype.
-LayerGrads layer_backward(const Config& cfg, const LayerForward& fwd, const Tensor& dy);
+// The incoming gradients of the two (weighted) aux losses: the backward computes the gradient of
+// load_balance * lb + z_loss * z, so an autograd caller passes its cotangents (0 when a loss is
+// unused). The default (1, 1) is the plain sum; bit for bit the same as before the cotangents.
+struct AuxCotangents {
+  double load_balance = 1.0;
+  double z_loss = 1.0;
+};
+
+// Backward of L = sum(y * dy) + the weighted aux losses (each times its cotangent).
+// dy: [T, D] any float dtype.
+LayerGrads layer_backward(const Config& cfg, const LayerForward& fwd, const Tensor& dy,
+                          const AuxCotangents& aux = {});
 
 }  // namespace moe

@@ -30,6 +30,13 @@ class Tensor {
   static Tensor empty(DType dtype, Shape shape);
   // A scalar f32 tensor (shape []).
   static Tensor scalar_f32(float v);
+  // A view of memory the engine does not own (another library's tensor, zero-copy): `data`
+  // holds shape_numel(shape) elements of `dtype`, row-major, at least element-aligned; `owner`
+  // keeps it alive until the last copy of the tensor goes. Not counted by tensor_memory_stats.
+  // It need not be 64-byte aligned: kernels load unaligned, and their non-temporal stores
+  // check the alignment of the engine's own outputs. Writes through the tensor (none in
+  // layer_forward/layer_backward, which only read their inputs) reach the owner's memory.
+  static Tensor from_external(DType dtype, Shape shape, void* data, std::shared_ptr<void> owner);
 
   bool defined() const { return storage_ != nullptr || numel_ == 0; }
   DType dtype() const { return dtype_; }

@@ -31,6 +31,10 @@ class ThreadPool {
 
   int size() const { return int(workers_.size()) + 1; }
 
+  // Changes the pool to n_threads (>= 1; counting the caller). Waits for a loop in flight to end
+  // first. REQUIRES: not called from inside a loop of this pool.
+  void resize(int n_threads);
+
   // Runs fn(begin, end) over [0, n) split into chunks of at least `grain`
   // items (about 16 chunks per thread, so the last chunks balance the threads).
   void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
@@ -40,7 +44,8 @@ class ThreadPool {
   static ThreadPool& compute();
 
  private:
-  void worker_loop();
+  void worker_loop(uint64_t seen);
+  void start_workers(int n_threads);  // REQUIRES: no workers
   void run_chunks();
 
   std::vector<std::thread> workers_;

@@ -72,6 +72,19 @@ Tensor Tensor::empty(DType dtype, Shape shape) {
   return t;
 }
 
+Tensor Tensor::from_external(DType dtype, Shape shape, void* data, std::shared_ptr<void> owner) {
+  Tensor t;
+  t.dtype_ = dtype;
+  t.numel_ = shape_numel(shape);
+  t.shape_ = std::move(shape);
+  MOE_ASSERT(data != nullptr || t.numel_ == 0, "Tensor::from_external: null data");
+  MOE_ASSERT(reinterpret_cast<uintptr_t>(data) % dtype_size(dtype) == 0,
+             "Tensor::from_external: data not aligned to its element size");
+  // The aliasing constructor: shares owner's control block, points at data.
+  t.storage_ = std::shared_ptr<std::byte>(std::move(owner), static_cast<std::byte*>(data));
+  return t;
+}
+
 Tensor::Tensor(DType dtype, Shape shape) {
   *this = empty(dtype, std::move(shape));
   std::memset(raw(), 0, nbytes());

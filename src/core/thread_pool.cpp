@@ -5,6 +5,8 @@
 #include <cstdlib>
 #include <thread>
 
+#include "moe/error.h"
+
 namespace moe {
 namespace {
 thread_local bool t_in_pool_worker = false;
@@ -29,9 +31,7 @@ bool spin_until(Done done) {
 }
 }  // namespace
 
-ThreadPool::ThreadPool(int n_threads) {
-  for (int i = 1; i < std::max(1, n_threads); ++i) workers_.emplace_back([this] { worker_loop(); });
-}
+ThreadPool::ThreadPool(int n_threads) { start_workers(n_threads); }
 
 ThreadPool::~ThreadPool() {
   {
@@ -40,6 +40,29 @@ ThreadPool::~ThreadPool() {
   }
   cv_work_.notify_all();
   for (auto& t : workers_) t.join();
+}
+
+void ThreadPool::start_workers(int n_threads) {
+  // A new worker waits for the next generation, not one already run.
+  const uint64_t now = generation_.load(std::memory_order_acquire);
+  for (int i = 1; i < std::max(1, n_threads); ++i) workers_.emplace_back([this, now] { worker_loop(now); });
+}
+
+void ThreadPool::resize(int n_threads) {
+  MOE_ASSERT(!t_in_pool_worker, "ThreadPool::resize called from inside a loop");
+  std::lock_guard<std::mutex> call(call_mu_);  // no loop in flight from here on
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    stop_ = true;
+  }
+  cv_work_.notify_all();
+  for (auto& t : workers_) t.join();
+  workers_.clear();
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    stop_ = false;
+  }
+  start_workers(n_threads);
 }
 
 ThreadPool& ThreadPool::compute() {
@@ -67,9 +90,8 @@ void ThreadPool::run_chunks() {
   }
 }
 
-void ThreadPool::worker_loop() {
+void ThreadPool::worker_loop(uint64_t seen) {
   t_in_pool_worker = true;
-  uint64_t seen = 0;
   for (;;) {
     spin_until([&] { return generation_.load(std::memory_order_acquire) != seen; });  // stop_ is seen below
     {

@@ -61,7 +61,7 @@ Tensor merge_rows(const std::vector<FfnGradInputs>& keeps, const std::vector<Seg
 
 }  // namespace
 
-LayerGrads DistLayer::backward(const DistForward& f, const Tensor& dy_in) const {
+LayerGrads DistLayer::backward(const DistForward& f, const Tensor& dy_in, const AuxCotangents& aux) const {
   if (dy_in.shape() != f.x.shape()) fail("dy: expected shape ", shape_str(f.x.shape()), ", got ", shape_str(dy_in.shape()));
   const StepExec ex(mesh_, rt_, rt_ ? rt_->trace() : trace_);
   const int64_t T = f.x.dim(0), K = cfg_.num_experts_per_tok, D = cfg_.emb_dim;
@@ -107,7 +107,7 @@ LayerGrads DistLayer::backward(const DistForward& f, const Tensor& dy_in) const 
     backward_a2a(ex, f, dy, g.dx, dW, cg, weight_grads);
   ex.compute("router_backward", [&] {
     Tensor dz = router_weights_backward(cfg_, f.router, dW);
-    aux_backward(cfg_, f.router.logits, f.global, dz);
+    aux_backward(cfg_, f.router.logits, f.global, dz, aux);
     needed.router = Tensor(DType::f32, f.router_kernel.shape());
     router_matmul_backward(f.router.x_f32, f.router_kernel, dz, needed.router, g.dx);
   });

@@ -87,7 +87,7 @@ LayerForwardPtr layer_forward(const Config& cfg, const LayerWeights& w, const Te
   return f;
 }
 
-LayerGrads layer_backward(const Config& cfg, const LayerForward& f, const Tensor& dy_in) {
+LayerGrads layer_backward(const Config& cfg, const LayerForward& f, const Tensor& dy_in, const AuxCotangents& aux) {
   check_tokens(cfg, dy_in, "dy");
   if (dy_in.dim(0) != f.x.dim(0)) fail("dy: expected ", f.x.dim(0), " tokens like x, got ", dy_in.dim(0));
   const Tensor dy = dy_in.to(cfg.dtype);
@@ -111,7 +111,7 @@ LayerGrads layer_backward(const Config& cfg, const LayerForward& f, const Tensor
   }
   TraceScope s(f.trace, "router_backward", OpEngine::compute);
   Tensor dz = router_weights_backward(cfg, f.router, dW);
-  aux_backward(cfg, f.router.logits, f.aux, dz);
+  aux_backward(cfg, f.router.logits, f.aux, dz, aux);
   g.weights.router = Tensor(DType::f32, f.router_kernel.shape());
   router_matmul_backward(f.router.x_f32, f.router_kernel, dz, g.weights.router, g.dx);
   return g;

@@ -57,10 +57,12 @@ AuxLosses aux_losses(const Config& cfg, const AuxStats& g) {
   return out;
 }
 
-void aux_backward(const Config& cfg, const Tensor& logits, const AuxStats& g, Tensor& dlogits) {
+void aux_backward(const Config& cfg, const Tensor& logits, const AuxStats& g, Tensor& dlogits,
+                  const AuxCotangents& s) {
   const int64_t T = logits.dim(0), E = logits.dim(1);
   const double Tg = double(std::max<int64_t>(g.tokens, 1));
-  const double wlb = cfg.load_balance_loss_weight, wz = cfg.router_z_loss_weight;
+  // w * 1.0 == w exactly: the default cotangents keep the bits.
+  const double wlb = cfg.load_balance_loss_weight * s.load_balance, wz = cfg.router_z_loss_weight * s.z_loss;
   if (wlb == 0.0 && wz == 0.0) return;
   // d lb / d p[t, e] = wlb * E * c_e / T^2 (constant over t).
   std::vector<float> dp(static_cast<size_t>(E)), p(static_cast<size_t>(E));

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "moe/config.h"
+#include "moe/layer.h"
 #include "moe/tensor.h"
 
 namespace moe {
@@ -34,7 +35,9 @@ struct AuxStats {
 AuxStats aux_stats(const Tensor& logits, const std::vector<int64_t>& routed_counts);
 AuxLosses aux_losses(const Config& cfg, const AuxStats& global);
 
-// dlogits [T, E] += d(lb + z_loss)/dlogits for the local tokens, using global statistics.
-void aux_backward(const Config& cfg, const Tensor& logits, const AuxStats& global, Tensor& dlogits);
+// dlogits [T, E] += d(s.load_balance * lb + s.z_loss * z_loss)/dlogits for the local tokens,
+// using global statistics (s: the losses' cotangents, include/moe/layer.h).
+void aux_backward(const Config& cfg, const Tensor& logits, const AuxStats& global, Tensor& dlogits,
+                  const AuxCotangents& s = {});
 
 }  // namespace moe

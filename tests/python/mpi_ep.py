@@ -1,0 +1,94 @@
+"""Run under `mpirun -np 2` by test_mpi.py. Modes:
+  ep:    MoELayer(expert_parallelism=2) over the ranks vs the single-process layer on every rank
+         (same Mixtral block, the global batch split by rank): y, dx, losses, routing bit-exact,
+         expert weight gradients bit-exact, the router's within f32 rounding; the shards; export.
+  allreduce: all_reduce_ sums in rank order, the same bits on every rank.
+  raise: rank 1 raises while rank 0 waits in the layer's collectives: the job must end.
+Prints "OK <mode> rank R" on success."""
+
+import sys
+import time
+
+import torch
+
+import moe_engine
+from moe_engine.torch import MoELayer
+
+sys.path.insert(0, __file__.rsplit("/", 1)[0])
+from reference import MixtralBlock  # noqa: E402
+
+E, K, D, F, T = 8, 2, 32, 48, 64
+mode = sys.argv[1]
+extra = dict(kv.split("=", 1) for kv in sys.argv[2:])
+W, R = moe_engine.world_size(), moe_engine.rank()
+assert W == 2, W
+
+
+def layer(**keys):
+    return MoELayer(num_experts=E, num_experts_per_tok=K, emb_dim=D, moe_mlp_dim=F, dtype=torch.float32,
+                    load_balance_loss_weight=0.01, router_z_loss_weight=0.001, **keys)
+
+
+def step(l, x, dy):
+    x = x.clone().requires_grad_(True)
+    y, aux = l(x)
+    ((y * dy).sum() + 0.7 * aux["load_balance_loss"] + 1.3 * aux["z_loss"]).backward()
+    return y.detach(), aux, x.grad
+
+
+if mode == "ep":
+    torch.manual_seed(0)
+    block = MixtralBlock(E, K, D, F)
+    g = torch.Generator().manual_seed(1)
+    x, dy = torch.randn(T, D, generator=g), torch.randn(T, D, generator=g)
+    rows = slice(R * T // W, (R + 1) * T // W)
+
+    single = layer(distributed=False)
+    single.load_mixtral_block(block.state_dict())
+    ys, auxs, dxs = step(single, x, dy)
+
+    dist = layer(expert_parallelism=2, **extra)
+    assert dist.distributed
+    dist.load_mixtral_block(block.state_dict())  # every rank passes the full block, keeps its shard
+    assert dist.wo.shape == (E // W, F, D) and dist.router.shape == (D, E)
+    assert torch.equal(dist.wo, single.wo[R * E // W:(R + 1) * E // W])
+    yd, auxd, dxd = step(dist, x[rows], dy[rows])
+
+    assert torch.equal(yd, ys[rows]), "y"
+    assert torch.equal(dxd, dxs[rows]), "grad x"
+    assert torch.equal(auxd["load_balance_loss"], auxs["load_balance_loss"]) and torch.equal(auxd["z_loss"], auxs["z_loss"])
+    assert torch.equal(auxd["topk_idx"], auxs["topk_idx"][rows])
+    assert torch.equal(auxd["group_sizes"], auxs["group_sizes"]), "group_sizes are global"
+    for name in ("wi_0", "wi_1", "wo"):  # each expert's rows live on one rank: exact (dist_layer.h)
+        assert torch.equal(getattr(dist, name).grad, getattr(single, name).grad[R * E // W:(R + 1) * E // W]), name
+    # the router: sum of per-rank partials in rank order (within a few f32 ulps, moe check's bound)
+    rg, sg = dist.router.grad, single.router.grad
+    assert torch.allclose(rg, sg, rtol=1e-5, atol=1e-6 * sg.abs().max().item()), (rg - sg).abs().max()
+
+    out = dist.export_mixtral_block()
+    for k, v in block.state_dict().items():
+        assert torch.equal(out[k], v), k
+elif mode == "allreduce":
+    g = torch.Generator().manual_seed(10 + R)
+    t = torch.randn(1000, generator=g) * (10.0 ** R)
+    mine = t.clone()
+    parts = [torch.randn(1000, generator=torch.Generator().manual_seed(10 + r)) * (10.0 ** r) for r in range(W)]
+    want = parts[0].clone()
+    for p in parts[1:]:
+        want += p  # rank order, f32
+    assert moe_engine.all_reduce_(t) is t
+    assert torch.equal(t, want), (t - want).abs().max()
+    again = mine.clone()
+    moe_engine.all_reduce_(again, axis="world")
+    assert torch.equal(again, t)
+elif mode == "raise":
+    l = layer(expert_parallelism=2)
+    if R == 1:
+        time.sleep(0.5)
+        raise ValueError("deliberate failure on rank 1")
+    x = torch.randn(T // W, D)
+    l(x)  # rank 0 waits in the layer's collectives for rank 1
+    print("rank 0 was not stopped", flush=True)
+    time.sleep(60)
+    sys.exit(0)
+print(f"OK {mode} rank {R}", flush=True)

@@ -1,0 +1,45 @@
+"""The distributed MoELayer, all_reduce_ and the exception boundary under `mpirun -np 2`
+(tests/python/mpi_ep.py)."""
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+
+MPIRUN = shutil.which("mpirun")
+SCRIPT = os.path.join(os.path.dirname(__file__), "mpi_ep.py")
+pytestmark = pytest.mark.skipif(MPIRUN is None, reason="mpirun not found")
+
+
+def mpirun(*args, timeout=120):
+    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", MOE_NUM_THREADS="1")
+    cmd = [MPIRUN, "--oversubscribe", "-np", "2", sys.executable, SCRIPT, *args]
+    t0 = time.monotonic()
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    return p, time.monotonic() - t0
+
+
+@pytest.mark.parametrize("keys", [[], ["moe_offload_targets=all"], ["use_ring_of_experts=true"],
+                                  ["num_moe_token_chunks=2"]])
+def test_expert_parallel_layer_equals_single_process(keys):
+    p, _ = mpirun("ep", *keys)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "OK ep rank 0" in p.stdout and "OK ep rank 1" in p.stdout
+
+
+def test_all_reduce_is_rank_ordered_and_identical():
+    p, _ = mpirun("allreduce")
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "OK allreduce rank 0" in p.stdout and "OK allreduce rank 1" in p.stdout
+
+
+def test_python_exception_on_one_rank_ends_the_job():
+    p, secs = mpirun("raise", timeout=90)
+    out = p.stdout + p.stderr
+    assert p.returncode != 0, out
+    assert "moe: fatal on rank 1: uncaught Python exception: ValueError: deliberate failure on rank 1" in out, out
+    assert "rank 0 was not stopped" not in out
+    assert secs < 45, f"the job took {secs:.1f} s to end"
