@@ -180,7 +180,7 @@ def moe_bench(moe, case, dtype, repeats, warmup, threads):
         cmd = [moe, "bench", "--case", case, "--dtype", dtype, "--iters", str(repeats), "--warmup", str(warmup),
                "--json", path]
         if dtype == "bf16":
-            cmd[5:5] = ["--weight-dtype", "f32"]
+            cmd += ["--weight-dtype", "f32"]
         env = dict(os.environ, MOE_NUM_THREADS=str(threads))
         out = subprocess.run(cmd, capture_output=True, text=True, env=env)
         if out.returncode != 0:
