@@ -643,8 +643,9 @@ def main(argv=None):
 
 
 def engine_summed(name, a):
-    """Parameters whose gradient the engine already sums over the ranks: the MoE router."""
-    return a.ffn == "engine" and name.endswith(".ffn.router")
+    """Parameters whose gradient the engine already reduces over the ranks: every MoELayer
+    parameter (the router, and the experts whether sharded or replicated by data parallelism)."""
+    return a.ffn == "engine" and ".ffn." in name
 
 
 if __name__ == "__main__":
