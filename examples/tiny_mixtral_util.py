@@ -234,13 +234,16 @@ def moe_loop(x, router, wi_0, wi_1, wo, k, cfg):
     x [T, D] in the compute dtype, expert weights in the compute dtype; returns (y, aux)."""
     w, idx, aux = route(x, router, k, cfg)
     out = torch.zeros(x.shape, dtype=torch.float32)
-    for e in range(wi_0.shape[0]):
+    # unbind: one view per expert whose backward stacks the gradients once (indexing wi_0[e] would
+    # allocate and add a full [E, D, F] gradient per expert)
+    w0, w1, w2 = wi_0.unbind(0), wi_1.unbind(0), wo.unbind(0)
+    for e in range(len(w0)):
         tok, slot = torch.where(idx == e)
         if tok.numel() == 0:
             continue
         xe = x[tok]
-        h = _act(xe @ wi_0[e], cfg) * (xe @ wi_1[e])
-        out = out.index_add(0, tok, (h @ wo[e]).float() * w[tok, slot, None])
+        h = _act(xe @ w0[e], cfg) * (xe @ w1[e])
+        out = out.index_add(0, tok, (h @ w2[e]).float() * w[tok, slot, None])
     return out.to(x.dtype), aux
 
 
@@ -258,11 +261,12 @@ def moe_sorted(x, router, wi_0, wi_1, wo, k, cfg):
     order, tok = _sorted_slots(idx, k)
     sizes = torch.bincount(idx.reshape(-1), minlength=E).tolist()
     xs = x[tok]
+    w0, w1, w2 = wi_0.unbind(0), wi_1.unbind(0), wo.unbind(0)
     ys = []
     for e, part in enumerate(torch.split(xs, sizes)):
         if part.shape[0] == 0:
             continue
-        ys.append((_act(part @ wi_0[e], cfg) * (part @ wi_1[e])) @ wo[e])
+        ys.append((_act(part @ w0[e], cfg) * (part @ w1[e])) @ w2[e])
     ys = torch.cat(ys)
     ws = w.reshape(-1)[order]
     out = torch.zeros(x.shape, dtype=torch.float32).index_add(0, tok, ys.float() * ws[:, None])
