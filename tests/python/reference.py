@@ -54,7 +54,7 @@ class MixtralBlock(nn.Module):
         return y, lb, z, idx
 
 
-_ST_DTYPES = {"F32": (np.float32, None), "I32": (np.int32, None), "BF16": (np.uint16, torch.bfloat16),
+_ST_DTYPES = {"F32": (np.float32, None), "I32": (np.int32, None), "BF16": (np.int16, torch.bfloat16),
               "I64": (np.int64, None)}
 
 

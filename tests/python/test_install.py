@@ -24,5 +24,6 @@ def test_install_lands_on_debian_sys_path(tmp_path, prefix):
             "l = MoELayer(num_experts=4, num_experts_per_tok=2, emb_dim=8, moe_mlp_dim=8, dtype=torch.float32); "
             "y, a = l(torch.randn(3, 8)); print(moe_engine.__file__)")
     out = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, PYTHONPATH=str(tmp_path) + found[0]),
+                         cwd=str(tmp_path),  # not a directory holding a moe_engine of its own (build/python)
                          check=True, capture_output=True, text=True).stdout
     assert out.startswith(pkg)

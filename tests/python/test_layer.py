@@ -5,6 +5,7 @@ import pytest
 import torch
 
 import moe_engine
+from moe_engine import MoeError
 from moe_engine.torch import MoELayer
 from reference import MixtralBlock
 
@@ -209,3 +210,12 @@ def test_parameters_and_config():
     assert isinstance(moe_engine.__version__, str) and moe_engine.world_size() == 1 and moe_engine.rank() == 0
     # init is a pure function of the seed
     assert torch.equal(make_layer(seed=5).wo, layer.wo) and not torch.equal(make_layer(seed=6).wo, layer.wo)
+
+
+def test_second_backward_through_one_forward_is_an_error():
+    layer = make_layer()
+    x, dy = inputs()
+    y, _ = layer(x)
+    (y * dy).sum().backward(retain_graph=True)
+    with pytest.raises(MoeError, match=r"backward ran twice through one forward"):
+        (y * dy).sum().backward()

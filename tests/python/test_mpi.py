@@ -22,11 +22,17 @@ def mpirun(*args, timeout=120):
     return p, time.monotonic() - t0
 
 
-@pytest.mark.parametrize("keys", [[], ["moe_offload_targets=all"], ["use_ring_of_experts=true"],
-                                  ["num_moe_token_chunks=2"]])
-def test_expert_parallel_layer_equals_single_process(keys):
-    p, _ = mpirun("ep", *keys)
+VARIANTS = ["expert_parallelism=2", "expert_parallelism=2,moe_offload_targets=all",
+            "expert_parallelism=2,use_ring_of_experts=true", "expert_parallelism=2,num_moe_token_chunks=2",
+            "fsdp_parallelism=2", "data_parallelism=2"]
+
+
+def test_distributed_layer_equals_single_process():
+    p, _ = mpirun("ep", *VARIANTS)  # one job for every variant (MPI + torch start-up once)
     assert p.returncode == 0, p.stdout + p.stderr
+    for v in VARIANTS:
+        for r in (0, 1):
+            assert f"variant {v}: ok on rank {r}" in p.stdout, p.stdout + p.stderr
     assert "OK ep rank 0" in p.stdout and "OK ep rank 1" in p.stdout
 
 

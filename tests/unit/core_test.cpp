@@ -79,6 +79,42 @@ TEST(ThreadPool, CoversRangeOnceAndRethrows) {
   EXPECT_EQ(total.load(), 100);
 }
 
+
+// resize() replaces the workers between loops; loops before and after cover their range once,
+// and new workers never rerun a loop that ran before they started.
+TEST(ThreadPool, ResizeBetweenLoops) {
+  ThreadPool pool(3);
+  for (int n : {1, 4, 2, 4}) {
+    pool.resize(n);
+    EXPECT_EQ(pool.size(), n);
+    for (int rep = 0; rep < 3; ++rep) {
+      std::vector<std::atomic<int>> hits(500);
+      pool.parallel_for(500, 3, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) hits[size_t(i)]++;
+      });
+      for (auto& h : hits) ASSERT_EQ(h.load(), 1);
+    }
+  }
+}
+
+// A view of memory the engine does not own: same address, the owner released with the last copy,
+// not counted as engine memory.
+TEST(Tensor, FromExternalSharesAndReleasesTheOwner) {
+  std::vector<float> buf(7, 2.5f);
+  bool released = false;
+  const int64_t before = tensor_memory_stats().current_bytes;
+  {
+    std::shared_ptr<void> owner(static_cast<void*>(nullptr), [&](void*) { released = true; });
+    Tensor t = Tensor::from_external(DType::f32, {7}, buf.data() + 0, std::move(owner));
+    Tensor copy = t.reshaped({7, 1});
+    EXPECT_EQ(t.raw(), buf.data());
+    EXPECT_EQ(copy.get_f32(6), 2.5f);
+    EXPECT_EQ(tensor_memory_stats().current_bytes, before);
+    t = Tensor();
+    EXPECT_FALSE(released);
+  }
+  EXPECT_TRUE(released);
+}
 }  // namespace moe
 
 namespace moe {

@@ -201,6 +201,34 @@ TEST(Layer, SingleTokenAndBf16) {
   }
 }
 
+// The aux losses' cotangents scale their gradient terms: (1, 1) is the default bit for bit;
+// (c_lb, c_z) gives the bits of a config whose loss weights are multiplied by them (exact for
+// powers of two); (0, 0) leaves only the gradient of sum(y * dy).
+TEST(Layer, AuxCotangentsScaleTheAuxGradients) {
+  Config cfg = small_config(8, 2, 16, 8);
+  LayerWeights w = init_weights(cfg, 2);
+  Tensor x = testing::uniform({12, cfg.emb_dim}, 3), dy = testing::uniform({12, cfg.emb_dim}, 4);
+  auto router_grad = [&](const Config& c, AuxCotangents s) {
+    LayerOutputs out;
+    auto fwd = layer_forward(c, w, x, nullptr, out);
+    LayerGrads g = layer_backward(c, *fwd, dy, s);
+    return std::make_pair(g.weights.router, g.dx);
+  };
+  auto base = router_grad(cfg, {});
+  auto ones = router_grad(cfg, {1.0, 1.0});
+  EXPECT_TRUE(base.first.bit_equal(ones.first) && base.second.bit_equal(ones.second));
+  Config scaled = cfg;
+  scaled.load_balance_loss_weight *= 4.0;
+  scaled.router_z_loss_weight = 0.0;
+  auto by_cotangent = router_grad(cfg, {4.0, 0.0});
+  auto by_weight = router_grad(scaled, {});
+  EXPECT_TRUE(by_cotangent.first.bit_equal(by_weight.first));
+  Config none = cfg;
+  none.load_balance_loss_weight = none.router_z_loss_weight = 0.0;
+  EXPECT_TRUE(router_grad(cfg, {0.0, 0.0}).first.bit_equal(router_grad(none, {}).first));
+  EXPECT_FALSE(router_grad(cfg, {0.0, 0.0}).first.bit_equal(base.first));
+}
+
 TEST(Layer, BadInputsAreClearErrors) {
   Config cfg = small_config();
   LayerWeights w = init_weights(cfg, 1);
