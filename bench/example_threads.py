@@ -62,7 +62,7 @@ def main():
         label_t = f"{tt}{' (default)' if s[1] == 0 else ''}"
         label_e = "-" if s[0] == "torch" else f"{et}{' (default)' if s[2] == 0 else ''}"
         print(f"{s[0]:<7} {label_t:>13} {label_e:>14} {med:>10,.0f}")
-        rows.append({"ffn": s[0], "torch_threads": int(tt), "engine_threads": None if et == "-" else int(et),
+        rows.append({"ffn": s[0], "torch_threads": int(tt), "engine_threads": None if s[0] == "torch" else int(et),
                      "default": s[1] == 0 and s[2] == 0, "tokens_per_s": med, "runs": rates[s]})
     if a.json:
         with open(a.json, "w") as f:

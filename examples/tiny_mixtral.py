@@ -23,9 +23,15 @@ import os
 import sys
 import time
 
-import torch
-import torch.nn as nn
-import torch.nn.functional as F
+# PyTorch's OpenMP threads wait passively between parallel regions unless the caller chose
+# otherwise: libgomp's default spinning takes the cores from the engine pool that runs next, and
+# from each other on a busy machine (measured: docs/python_benchmarks.md, "Thread settings"). Read
+# by libgomp when torch loads, so it is set before the import.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import torch  # noqa: E402
+import torch.nn as nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import tiny_mixtral_util as util  # noqa: E402
