@@ -8,7 +8,7 @@ RMSNorm and an output projection. The attention and norms are PyTorch; each bloc
 weights (`--ffn torch`, examples/tiny_mixtral_util.py). The corpus is the Debian `fortunes`
 package's data files (/usr/share/games/fortunes), one fortune in ten held out.
 
-    PYTHONPATH=build/python /usr/bin/python3 examples/tiny_mixtral.py              # a few minutes
+    PYTHONPATH=build/python /usr/bin/python3 examples/tiny_mixtral.py              # 200 steps, well under a few minutes
     PYTHONPATH=build/python /usr/bin/python3 examples/tiny_mixtral.py --ffn torch  # same weights, plain block
     PYTHONPATH=build/python /usr/bin/python3 examples/tiny_mixtral.py --resume     # continue OUT/latest
     mpirun -np 2 ... examples/tiny_mixtral.py --config expert_parallelism=2        # expert parallelism
