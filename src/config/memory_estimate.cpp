@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <sstream>
 
 #include "moe/dtype.h"
@@ -20,6 +21,13 @@ struct Axes {
   int64_t data = 1, fsdp = 1, expert = 1;
 };
 
+// a * b, or INT64_MAX where it overflows (a parallelism key can be any int64; the mesh check
+// reports a product that does not match the world).
+int64_t mul_saturated(int64_t a, int64_t b) {
+  int64_t r;
+  return __builtin_mul_overflow(a, b, &r) ? INT64_MAX : r;
+}
+
 // The parallelism keys with a -1 resolved against `ranks` (1 when unknown or not divisible).
 Axes resolve_axes(const Config& c, int64_t ranks) {
   Axes a{c.data_parallelism, c.fsdp_parallelism, c.expert_parallelism};
@@ -29,7 +37,7 @@ Axes resolve_axes(const Config& c, int64_t ranks) {
     if (*v == -1 && !rest)
       rest = v;
     else
-      known *= std::max<int64_t>(*v, 1);
+      known = mul_saturated(known, std::max<int64_t>(*v, 1));
   }
   if (rest) *rest = ranks > 0 && known > 0 && ranks % known == 0 ? std::max<int64_t>(ranks / known, 1) : 1;
   for (int64_t* v : {&a.data, &a.fsdp, &a.expert}) *v = std::max<int64_t>(*v, 1);
@@ -61,7 +69,7 @@ uint64_t physical_memory_bytes() {
 
 int64_t tokens_per_rank(const Config& c, int64_t ranks) {
   const Axes a = resolve_axes(c, ranks);
-  const int64_t n = ranks > 0 ? ranks : a.data * a.fsdp * a.expert;
+  const int64_t n = ranks > 0 ? ranks : mul_saturated(mul_saturated(a.data, a.fsdp), a.expert);
   return std::max<int64_t>(c.batch_tokens, 1) / n + (std::max<int64_t>(c.batch_tokens, 1) % n != 0);
 }
 
@@ -71,7 +79,7 @@ MemoryEstimate estimate_memory(const Config& c, int64_t tokens, int64_t ranks, b
   const LD T = LD(std::max<int64_t>(tokens, 0)), K = LD(c.num_experts_per_tok), E = LD(c.num_experts),
            D = LD(c.emb_dim), F = LD(c.moe_mlp_dim), ep = LD(ax.expert);
   const LD s = LD(dtype_size(c.dtype)), sw = LD(dtype_size(c.weight_dtype));
-  const LD El = LD((c.num_experts + ax.expert - 1) / ax.expert);  // experts this rank computes
+  const LD El = std::ceil(E / ep);                                // experts this rank computes
   const LD R = T * K;                                             // routed rows of this rank's tokens
   const bool ring = c.use_ring_of_experts && ax.expert > 1;
   const bool a2a = !c.use_ring_of_experts && ax.expert > 1;
