@@ -11,6 +11,7 @@
 #include "moe/layer.h"
 #include "moe/safetensors.h"
 #include "moe/tensor.h"
+#include "testing/errors.h"
 #include "testing/temp_dir.h"
 #include "train/checkpoint.h"
 
@@ -19,16 +20,7 @@ namespace {
 
 using testing::TempDir;
 
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no moe::Error";
-  return "";
-}
+using moe::testing::error_of;
 
 void expect_contains(const std::string& msg, std::initializer_list<std::string> pieces) {
   for (const auto& p : pieces) EXPECT_NE(msg.find(p), std::string::npos) << "'" << p << "' not in: " << msg;
