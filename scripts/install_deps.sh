@@ -9,6 +9,8 @@ pkgs=(build-essential cmake ninja-build pkg-config libyaml-cpp-dev nlohmann-json
       # the Python package and its PyTorch layer; OpenBLAS so that torch's own matmul is fair
       python3 python3-dev python3-pybind11 pybind11-dev python3-numpy python3-torch
       libopenblas0-pthread python3-mpi4py python3-pytest
+      # type-checks the package's stubs (tests/python/test_stubs.py; that test is skipped without it)
+      python3-mypy
       # real English text for examples/tiny_mixtral.py
       fortunes)
 missing=()

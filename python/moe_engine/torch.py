@@ -11,9 +11,12 @@ Parameters (f32 master weights, named as the file contract): router [D, E], wi_0
 [E, F, D]. In a distributed layer (mpirun with parallelism keys) they are this rank's shards.
 """
 
+import sys as _sys
+
 import torch as _torch
 
 from . import _moe_engine as _C
+from . import _sync_threads
 from ._moe_engine import MoeError
 
 __all__ = ["MoELayer"]
@@ -27,7 +30,9 @@ _PARAM_NAMES = {
     "experts.wo": "wo",
 }
 _DTYPES = {_torch.float32: "f32", _torch.bfloat16: "bf16"}
+_X_DTYPES = (_torch.float32, _torch.bfloat16)  # the dtypes of x the engine takes
 _KEY_TYPES = _C.config_key_types()
+_KEY_DEFAULTS = _C.config_key_defaults()
 
 
 def _config_value(key, v):
@@ -67,6 +72,154 @@ def _check_cpu(t, what):
         raise MoeError(f"MoELayer: {what}: expected a CPU tensor, got device '{t.device}'")
 
 
+def _check_input(x, emb_dim):
+    """Every problem of x named before the engine sees it: type, device, layout, rank, last dim,
+    dtype (a non-contiguous x is fine: it is made contiguous)."""
+    _check_cpu(x, "x")
+    if x.layout != _torch.strided:
+        raise MoeError(f"MoELayer: x: expected a dense (strided) tensor, got layout {x.layout}")
+    shape = list(x.shape)
+    if x.dim() not in (2, 3):
+        raise MoeError(f"MoELayer: x: expected shape [T, {emb_dim}] or [B, S, {emb_dim}] (emb_dim = {emb_dim}), "
+                       f"got {shape} ({x.dim()} dims)")
+    if shape[-1] != emb_dim:
+        raise MoeError(f"MoELayer: x: expected the last dim to be emb_dim = {emb_dim}, got shape {shape}")
+    if not x.is_floating_point():
+        raise MoeError(f"MoELayer: x: expected a floating-point tensor (torch.float32 or torch.bfloat16), got {x.dtype}")
+    if x.dtype not in _X_DTYPES:
+        raise MoeError(f"MoELayer: x: dtype {x.dtype} is not supported (expected torch.float32 or torch.bfloat16)")
+
+
+# --- Reentrant activation checkpointing ----------------------------------------------------------
+# torch.utils.checkpoint.checkpoint(fn, x, use_reentrant=True) runs fn under no_grad and passes on
+# only its tensor outputs: the aux losses in the dict would come back detached, and the recompute
+# in the backward would see no gradient for them. So a call inside such a checkpoint's forward
+# returns aux losses attached to an _AuxCarrier node whose backward (it runs before the
+# checkpoint's: autograd runs later-made nodes first) leaves their incoming gradients in a box kept
+# on the checkpoint's ctx; the recompute's call takes the box (the k-th call of the recompute is the
+# k-th of the forward) and its backward adds them to the engine's aux cotangents, so the gradients
+# are those of the unchecked run. A gradient arriving after the recompute ran raises.
+
+try:
+    from torch.utils.checkpoint import CheckpointFunction as _CheckpointFunction
+
+    _CKPT_FORWARD = _CheckpointFunction.forward.__code__
+    _CKPT_BACKWARD = _CheckpointFunction.backward.__code__
+except (ImportError, AttributeError):  # a torch without the reentrant checkpoint
+    _CKPT_FORWARD = _CKPT_BACKWARD = None
+
+
+class _AuxBox:
+    """The aux losses' incoming gradients of one checkpointed call, passed to its recompute."""
+
+    def __init__(self):
+        self.cot_lb = None
+        self.cot_z = None
+        self.used = False  # the recompute's backward ran
+
+
+def _checkpoint_frames():
+    """The frames of torch's reentrant checkpoint (CheckpointFunction.forward / .backward) on this
+    thread's stack, innermost first."""
+    if _CKPT_FORWARD is None:
+        return []
+    frames = []
+    f = _sys._getframe(2)
+    while f is not None:
+        if f.f_code is _CKPT_FORWARD or f.f_code is _CKPT_BACKWARD:
+            frames.append(f)
+        f = f.f_back
+    return frames
+
+
+def _nested_error():
+    return MoeError("MoELayer: called inside nested reentrant activation checkpoints "
+                    "(torch.utils.checkpoint.checkpoint with use_reentrant=True inside another): the "
+                    "aux losses' gradient cannot be carried through both; use use_reentrant=False")
+
+
+def _next_box(frame):
+    """In the recompute of a reentrant checkpoint (frame: its backward): the box of the matching
+    call of its forward, or None when the forward had nothing to carry. Every call of the
+    recompute takes one, with or without a graph, so the k-th call gets the k-th box."""
+    ctx = frame.f_locals.get("ctx")
+    boxes = getattr(ctx, "_moe_aux_boxes", None)
+    if not boxes:
+        return None
+    i = getattr(ctx, "_moe_aux_next", 0)
+    if i >= len(boxes):
+        raise MoeError("MoELayer: the checkpointed function called the layer more times in its "
+                       "recompute than in its forward (reentrant checkpointing needs the same calls)")
+    ctx._moe_aux_next = i + 1
+    return boxes[i]
+
+
+def _box_for_recompute():
+    """For a call with a graph: the box of the forward call it recomputes (None elsewhere)."""
+    frames = _checkpoint_frames()
+    if not frames or frames[0].f_code is not _CKPT_BACKWARD:
+        return None
+    return _next_box(frames[0])
+
+
+def _carry_aux(lb, z):
+    """(lb, z) as returned by a call without a graph: unchanged, except inside the forward of a
+    reentrant checkpoint, where they are attached to an _AuxCarrier (see above)."""
+    frames = _checkpoint_frames()
+    if not frames:
+        return lb, z
+    if frames[0].f_code is _CKPT_BACKWARD:  # a call under no_grad inside the recompute: no gradient,
+        _next_box(frames[0])  # as in the unchecked run, but it keeps the calls matched
+        return lb, z
+    args = frames[0].f_locals.get("args", ())
+    anchor = next((a for a in args if isinstance(a, _torch.Tensor) and a.requires_grad), None)
+    if anchor is None:  # torch warns itself: nothing of this checkpoint will get a gradient
+        return lb, z
+    if len(frames) > 1:
+        raise _nested_error()
+    ctx = frames[0].f_locals.get("ctx")
+    box = _AuxBox()
+    if not hasattr(ctx, "_moe_aux_boxes"):
+        ctx._moe_aux_boxes = []
+    ctx._moe_aux_boxes.append(box)
+    with _torch.enable_grad():
+        return _AuxCarrier.apply(box, anchor, lb, z)
+
+
+class _AuxCarrier(_torch.autograd.Function):
+    """lb, z = f(box, anchor, lb, z): the values unchanged; the backward stores their incoming
+    gradients in box (and passes none on: the recompute's engine backward applies them)."""
+
+    @staticmethod
+    def forward(ctx, box, anchor, lb, z):
+        ctx.box = box
+        return lb.clone(), z.clone()
+
+    @staticmethod
+    def backward(ctx, dlb, dz):
+        box = ctx.box
+        if box.used:
+            raise MoeError("MoELayer: the aux losses' gradient arrived after the layer's checkpointed "
+                           "(use_reentrant=True) backward had run: backpropagate the task loss and the aux "
+                           "losses in one backward call (sum them first), or use use_reentrant=False")
+        box.cot_lb = float(dlb) + (box.cot_lb or 0.0)
+        box.cot_z = float(dz) + (box.cot_z or 0.0)
+        return None, None, None, None
+
+
+def _aux_cotangents(ctx, dlb, dz):
+    """The engine's aux cotangents: the incoming gradients of the aux outputs, plus, in the
+    recompute of a reentrant checkpoint, those its forward's carrier received."""
+    cot_lb, cot_z = float(dlb), float(dz)
+    box = ctx.aux_box
+    if box is not None:
+        box.used = True
+        if box.cot_lb is not None:
+            cot_lb += box.cot_lb
+            cot_z += box.cot_z
+    return cot_lb, cot_z
+
+
 class _MoEFunction(_torch.autograd.Function):
     """(y, load_balance_loss, z_loss, group_sizes, topk_idx, topk_weights, dropped) = f(x, *params);
     the backward is the engine's (the last four outputs carry no gradient)."""
@@ -77,6 +230,7 @@ class _MoEFunction(_torch.autograd.Function):
         y, lb, z, group_sizes, topk_idx, topk_weights, dropped, state = out
         ctx.layer = layer
         ctx.state = state
+        ctx.aux_box = layer.__dict__.pop("_aux_box", None)  # reentrant checkpoint's recompute
         ctx.param_dtypes = [p.dtype for p in params]
         routing = (_from_dlpack(group_sizes), _from_dlpack(topk_idx), _from_dlpack(topk_weights),
                    _torch.tensor(dropped, dtype=_torch.int64))
@@ -89,7 +243,7 @@ class _MoEFunction(_torch.autograd.Function):
         if ctx.state is None:
             raise MoeError("MoELayer: backward ran twice through one forward (retain_graph is not supported)")
         state, ctx.state = ctx.state, None
-        dx, grads = ctx.layer._engine.backward(state, _view(dy), float(dlb), float(dz))
+        dx, grads = ctx.layer._engine.backward(state, _view(dy), *_aux_cotangents(ctx, dlb, dz))
         out = [None, _from_dlpack(dx)]
         for name, dt in zip(ctx.layer._spec_names, ctx.param_dtypes):
             g = _from_dlpack(grads[name])
@@ -116,7 +270,10 @@ class MoELayer(_torch.nn.Module):
         keys = dict(num_experts=num_experts, num_experts_per_tok=num_experts_per_tok, emb_dim=emb_dim,
                     moe_mlp_dim=moe_mlp_dim, dtype=dtype, **config)
         overrides = [f"{k}={_config_value(k, v)}" for k, v in keys.items()]
+        _sync_threads()  # init_params runs on the pool: size it as the calls will
         self._engine = _C.EngineLayer(overrides, distributed)
+        # What a copy or an unpickled layer rebuilds its own engine from (__setstate__).
+        self._engine_args = {"overrides": overrides, "distributed": self._engine.distributed}
         self.config = {k: _typed(k, v) for k, v, _src in self._engine.config_table()}
         self._spec_names = [n for n, _shape in self._engine.param_shapes()]
         init = self._engine.init_params()
@@ -129,9 +286,53 @@ class MoELayer(_torch.nn.Module):
         return self._engine.distributed
 
     def extra_repr(self):
+        """The four layer keys, dtype, every other key whose value is not its default, and
+        distributed=True for a distributed layer (repr(layer) shows them)."""
         c = self.config
-        return (f"num_experts={c['num_experts']}, num_experts_per_tok={c['num_experts_per_tok']}, "
-                f"emb_dim={c['emb_dim']}, moe_mlp_dim={c['moe_mlp_dim']}, dtype={c['dtype']}")
+        shown = ["num_experts", "num_experts_per_tok", "emb_dim", "moe_mlp_dim", "dtype"]
+        items = [f"{k}={c[k]}" for k in shown]
+        for key, value, _src in self._engine.config_table():
+            if key not in shown and value != _KEY_DEFAULTS.get(key):
+                items.append(f"{key}={c[key]!r}")
+        if self.distributed:
+            items.append("distributed=True")
+        return ", ".join(items)
+
+    # --- Copies and pickles -------------------------------------------------------------------
+    # The engine object holds no weights (they are the nn.Parameters) and no state between calls,
+    # only the resolved config (and, when distributed, the world's communicators): a copy or an
+    # unpickled layer builds its own from the same config tokens. Parameters and everything else
+    # in __dict__ go the usual way (deepcopy clones them, pickle stores them).
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state.pop("_engine", None)
+        state.pop("_aux_box", None)
+        if self._engine.distributed:  # its parameters are this rank's shards of this world
+            args = dict(state["_engine_args"])
+            args["world_size"], args["rank"] = _C.world_size(), _C.rank()
+            state["_engine_args"] = args
+        return state
+
+    def __setstate__(self, state):
+        args = state["_engine_args"]
+        if args["distributed"]:
+            world, rank = _C.world_size(), _C.rank()
+            if (world, rank) != (args["world_size"], args["rank"]):
+                raise MoeError(
+                    f"MoELayer: this distributed layer holds rank {args['rank']}'s shards of a {args['world_size']}-rank "
+                    f"job; it can be rebuilt only as rank {args['rank']} of {args['world_size']} (under mpirun, every "
+                    f"rank copying or loading its own layer), not as rank {rank} of {world}. To move the weights "
+                    f"elsewhere, use export_mixtral_block() and load_mixtral_block()")
+        super().__setstate__(state)
+        _sync_threads()
+        self._engine = _C.EngineLayer(args["overrides"], args["distributed"])  # collective when distributed
+        config = {k: _typed(k, v) for k, v, _src in self._engine.config_table()}
+        changed = sorted(k for k in set(config) | set(self.config) if config.get(k) != self.config.get(k))
+        if changed:
+            k = changed[0]
+            raise MoeError(f"MoELayer: the rebuilt engine resolves '{k}' to {config.get(k)!r}, the pickled layer "
+                           f"had {self.config.get(k)!r} (an engine with other defaults: build the layer anew)")
 
     def _params(self):
         return [getattr(self, _PARAM_NAMES[n]) for n in self._spec_names]
@@ -147,13 +348,19 @@ class MoELayer(_torch.nn.Module):
         """y, aux = layer(x): x [T, D] or [B, S, D] (float32 or bfloat16, CPU); y has x's shape and
         the layer's dtype. aux: load_balance_loss and z_loss (0-d float32, differentiable, already
         weighted), group_sizes [E] int32 (rows kept per expert, all ranks summed), topk_idx [T, K]
-        int32, topk_weights [T, K] float32 and dropped (slots dropped by capacity on this rank)."""
-        _check_cpu(x, "x")
+        int32, topk_weights [T, K] float32 and dropped (slots dropped by capacity on this rank).
+        T = 0 (an empty batch) gives an empty y and zero aux losses."""
+        _check_input(x, self.config["emb_dim"])
+        _sync_threads()
         shape = x.shape
         x2 = x.reshape(-1, shape[-1]) if x.dim() == 3 else x
         params = self._params()
         if _torch.is_grad_enabled() and (x.requires_grad or any(p.requires_grad for p in params)):
-            y, lb, z, gs, topk_idx, topk_weights, dropped = _MoEFunction.apply(self, x2, *params)
+            self._aux_box = _box_for_recompute()  # taken by _MoEFunction.forward
+            try:
+                y, lb, z, gs, topk_idx, topk_weights, dropped = _MoEFunction.apply(self, x2, *params)
+            finally:
+                self.__dict__.pop("_aux_box", None)
             dropped = int(dropped)
         else:  # no graph: the engine keeps no activations
             out = self._engine.forward(self._param_views(params), _view(x2), False)
@@ -161,8 +368,9 @@ class MoELayer(_torch.nn.Module):
             y, gs = _from_dlpack(y), _from_dlpack(gs)
             topk_idx, topk_weights = _from_dlpack(topk_idx), _from_dlpack(topk_weights)
             lb, z = _torch.tensor(lb, dtype=_torch.float32), _torch.tensor(z, dtype=_torch.float32)
+            lb, z = _carry_aux(lb, z)
         if x.dim() == 3:
-            y = y.reshape(shape[0], shape[1], -1)
+            y = y.reshape(shape[0], shape[1], shape[2])
         aux = {"load_balance_loss": lb, "z_loss": z, "group_sizes": gs, "topk_idx": topk_idx,
                "topk_weights": topk_weights, "dropped": dropped}
         return y, aux

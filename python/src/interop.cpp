@@ -44,8 +44,11 @@ DLDataType dl_dtype_of(DType t) {
 }
 
 // Row-major contiguous, ignoring the strides of size-1 dimensions (torch reports any value there).
+// An empty tensor (a zero dimension) has no element to misplace, whatever its strides.
 bool is_row_major(const DLTensor& t) {
   if (!t.strides) return true;
+  for (int i = 0; i < t.ndim; ++i)
+    if (t.shape[i] == 0) return true;
   int64_t expect = 1;
   for (int i = t.ndim - 1; i >= 0; --i) {
     if (t.shape[i] != 1 && t.strides[i] != expect) return false;

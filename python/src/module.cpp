@@ -96,53 +96,103 @@ PYBIND11_MODULE(_moe_engine, m) {
   m.doc() = "MoE Engine: the routed Mixture-of-Experts layer (C++ engine); see docs/python.md";
   m.attr("__version__") = MOE_VERSION;
   // moe::Error and its subclasses (ConfigError) -> MoeError (a RuntimeError).
-  py::register_exception<Error>(m, "MoeError", PyExc_RuntimeError);
+  auto moe_error = py::register_exception<Error>(m, "MoeError", PyExc_RuntimeError);
+  moe_error.attr("__doc__") =
+      "Every error the engine reports: bad input (the tensor, its shape, dtype or device), an invalid config "
+      "(every problem, one per line, each naming its key), files and runtime failures. A RuntimeError; the "
+      "message names the key, tensor or file and what was expected.";
 
   m.def("launched_by_mpi", &launched_by_mpi, "True when started by mpirun/srun.");
   m.def("world_size", [] { return launched_by_mpi() ? world()->size() : 1; }, "Ranks of the job (1 without mpirun).");
   m.def("rank", [] { return launched_by_mpi() ? world()->rank() : 0; }, "This process's rank (0 without mpirun).");
-  m.def("all_reduce_", &all_reduce, py::arg("tensor"));
-  m.def("abort", &abort_job, py::arg("message"));
-  m.def("set_num_threads", &set_num_threads, py::arg("n"));
-  m.def("get_num_threads", [] { return ThreadPool::compute().size(); });
+  m.def(
+      "all_reduce_", &all_reduce, py::arg("tensor"),
+      "In place: tensor := the rank-order float32 sum of `tensor` over every rank (a no-op without mpirun).");
+  m.def("abort", &abort_job, py::arg("message"),
+        "Ends the job (every rank under mpirun) with 'moe: fatal on rank R: <message>'.");
+  m.def("set_num_threads", &set_num_threads, py::arg("n"),
+        "Resizes the engine's compute pool to n threads (counting the caller; n >= 1).");
+  m.def(
+      "get_num_threads", [] { return ThreadPool::compute().size(); },
+      "Threads of the engine's compute pool.");
   m.def("tensor_memory_bytes", [] { return tensor_memory_stats().current_bytes; },
         "Bytes of live engine-allocated tensor storage (zero-copy views of caller memory are not counted).");
 
-  m.def("view_address", [](py::handle o) { return uintptr_t(from_dlpack(o, "tensor").raw()); },
-        "The address the engine reads `o` at (zero-copy check).");
-  m.def("config_key_types", [] {
-    py::dict d;
-    for (const ConfigKeyInfo& k : config_key_infos()) d[py::str(k.name)] = k.type;
-    return d;
-  });
+  m.def(
+      "view_address", [](py::handle o) { return uintptr_t(from_dlpack(o, "tensor").raw()); }, py::arg("o"),
+      "The address the engine reads `o` at (zero-copy check).");
+  m.def(
+      "config_key_types",
+      [] {
+        py::dict d;
+        for (const ConfigKeyInfo& k : config_key_infos()) d[py::str(k.name)] = k.type;
+        return d;
+      },
+      "{key: type} for every config key (type: int, float, bool, string, ...).");
+  m.def(
+      "config_key_defaults",
+      [] {
+        py::dict d;
+        for (const ConfigKeyInfo& k : config_key_infos()) d[py::str(k.name)] = k.default_value;
+        return d;
+      },
+      "{key: default value as the config table prints it} for every config key.");
 
-  py::class_<ForwardState, std::shared_ptr<ForwardState>>(m, "ForwardState");
-  py::class_<EngineLayer>(m, "EngineLayer")
+  py::class_<ForwardState, std::shared_ptr<ForwardState>>(
+      m, "ForwardState", "The activations one forward keeps for its backward (opaque; used once).");
+  py::class_<EngineLayer>(m, "EngineLayer",
+                          "A resolved config and the engine's layer (single-process or distributed) behind "
+                          "moe_engine.torch.MoELayer; parameters are passed in on every call.")
       .def(py::init<const std::vector<std::string>&, std::optional<bool>>(), py::arg("overrides"),
-           py::arg("distributed") = py::none())
-      .def_property_readonly("distributed", &EngineLayer::distributed)
-      .def("config_table",
-           [](const EngineLayer& l) {
-             py::list out;
-             for (const auto& e : l.table()) out.append(py::make_tuple(e.key, e.value, e.source));
-             return out;
-           })
-      .def("param_shapes", &EngineLayer::param_shapes)
-      .def("shard", [](const EngineLayer& l, const py::dict& full) { return dict_out(l.shard(dict_in(full, "weight"))); })
-      .def("unshard", [](const EngineLayer& l, const py::dict& parts) {
-        TensorDict p = dict_in(parts, "parameter");
-        TensorDict full;
-        {
-          py::gil_scoped_release nogil;
-          full = l.unshard(p);
-        }
-        return dict_out(full);
-      })
-      .def("init_params", [](const EngineLayer& l) {
-        TensorDict full;
-        init_weights(l.config(), uint64_t(l.config().seed)).for_each(l.config(), [&](const std::string& n, const Tensor& t) { full[n] = t; });
-        return dict_out(l.shard(full));
-      })
-      .def("forward", &forward, py::arg("params"), py::arg("x"), py::arg("keep_state"))
-      .def("backward", &backward, py::arg("state"), py::arg("dy"), py::arg("cot_load_balance"), py::arg("cot_z_loss"));
+           py::arg("distributed") = py::none(),
+           "overrides: 'key=value' config tokens; distributed: None = when the job has several ranks or a "
+           "parallelism key is not 1 (collective then).")
+      .def_property_readonly("distributed", &EngineLayer::distributed,
+                             "True when the layer runs over the MPI ranks.")
+      .def(
+          "config_table",
+          [](const EngineLayer& l) {
+            py::list out;
+            for (const auto& e : l.table()) out.append(py::make_tuple(e.key, e.value, e.source));
+            return out;
+          },
+          "[(key, value, source)] for every config key, in documentation order.")
+      .def("param_shapes", &EngineLayer::param_shapes,
+           "[(SPEC name, shape)] of this rank's parameters, in file order.")
+      .def(
+          "shard",
+          [](const EngineLayer& l, const py::dict& full) {
+            return dict_out(l.shard(dict_in(full, "weight")));
+          },
+          py::arg("full"),
+          "This rank's part of full weights {SPEC name: tensor} (all of them on one process).")
+      .def(
+          "unshard",
+          [](const EngineLayer& l, const py::dict& parts) {
+            TensorDict p = dict_in(parts, "parameter");
+            TensorDict full;
+            {
+              py::gil_scoped_release nogil;
+              full = l.unshard(p);
+            }
+            return dict_out(full);
+          },
+          py::arg("parts"),
+          "Full weights from every rank's parts, on every rank (collective when distributed).")
+      .def(
+          "init_params",
+          [](const EngineLayer& l) {
+            TensorDict full;
+            init_weights(l.config(), uint64_t(l.config().seed))
+                .for_each(l.config(), [&](const std::string& n, const Tensor& t) { full[n] = t; });
+            return dict_out(l.shard(full));
+          },
+          "This rank's part of init_weights(seed), {SPEC name: tensor}.")
+      .def("forward", &forward, py::arg("params"), py::arg("x"), py::arg("keep_state"),
+           "(y, load_balance_loss, z_loss, group_sizes, topk_idx, topk_weights, dropped, state): the "
+           "engine's forward "
+           "of x [T, D]; state (None unless keep_state) is for backward.")
+      .def("backward", &backward, py::arg("state"), py::arg("dy"), py::arg("cot_load_balance"),
+           py::arg("cot_z_loss"),
+           "(dx, {SPEC name: gradient}): the engine's backward of one forward's state (used once).");
 }

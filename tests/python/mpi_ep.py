@@ -5,8 +5,13 @@
          data = fsdp = 1, else (and the router's) within f32 rounding; the shards; export.
   allreduce: all_reduce_ sums in rank order, the same bits on every rank.
   raise: rank 1 raises while rank 0 waits in the layer's collectives: the job must end.
+  copy PATH: a distributed layer's deepcopy and pickle round trip (every rank copying) equal it bit
+         for bit and are independent; rank 0 writes its pickled layer to PATH (test_mpi.py checks a
+         single process refuses it, saying why).
 Prints "OK <mode> rank R" on success."""
 
+import copy
+import pickle
 import sys
 import time
 
@@ -97,6 +102,28 @@ elif mode == "allreduce":
     again = mine.clone()
     moe_engine.all_reduce_(again, axis="world")
     assert torch.equal(again, t)
+elif mode == "copy":
+    g = torch.Generator().manual_seed(2 + R)
+    x, dy = torch.randn(T // W, D, generator=g), torch.randn(T // W, D, generator=g)
+    for keys in ({"expert_parallelism": 2}, {"fsdp_parallelism": 2}):
+        orig = layer(**keys)
+        with torch.no_grad():
+            for p in orig.parameters():
+                p.add_(0.01 * torch.randn(p.shape, generator=g))
+        want = step(orig, x, dy)
+        want_g = [p.grad.clone() for p in orig.parameters()]
+        for dup in (copy.deepcopy(orig), pickle.loads(pickle.dumps(orig))):  # collective, like building one
+            assert dup.distributed and dup._engine is not orig._engine
+            got = step(dup, x, dy)
+            assert torch.equal(got[0], want[0]) and torch.equal(got[2], want[2]), keys
+            assert all(torch.equal(got[1][k], want[1][k]) for k in ("load_balance_loss", "z_loss", "topk_idx"))
+            assert all(torch.equal(p.grad, q) for p, q in zip(dup.parameters(), want_g)), keys
+            with torch.no_grad():
+                dup.wo.zero_()
+            assert torch.equal(step(orig, x, dy)[0], want[0]), "the copy shares the original's weights"
+    if R == 0:
+        with open(sys.argv[2], "wb") as f:
+            pickle.dump(orig, f)
 elif mode == "raise":
     l = layer(expert_parallelism=2)
     if R == 1:

@@ -19,6 +19,8 @@ def test_install_lands_on_debian_sys_path(tmp_path, prefix):
     assert found, f"no moe_engine under {tmp_path} in a sys.path directory of {sys.executable}: {sys.path}"
     pkg = os.path.join(str(tmp_path) + found[0], "moe_engine")
     assert any(f.startswith("_moe_engine") and f.endswith(".so") for f in os.listdir(pkg))
+    for f in ("py.typed", "__init__.pyi", "_moe_engine.pyi", "torch.pyi"):  # the package is typed (PEP 561)
+        assert os.path.isfile(os.path.join(pkg, f)), f
     # The installed copy imports and runs (from the DESTDIR tree, as if it were at the prefix).
     code = ("import moe_engine, torch; from moe_engine.torch import MoELayer; "
             "l = MoELayer(num_experts=4, num_experts_per_tok=2, emb_dim=8, moe_mlp_dim=8, dtype=torch.float32); "

@@ -71,15 +71,15 @@ def test_unaligned_views_give_the_same_results():
 
 def test_bad_inputs_raise_moe_error_naming_the_tensor():
     layer = make_layer()
-    with pytest.raises(MoeError, match=r"x: expected shape \[T, 16\]"):
+    with pytest.raises(MoeError, match=r"x: expected the last dim to be emb_dim = 16, got shape \[12, 17\]"):
         layer(torch.randn(T, D + 1))
-    with pytest.raises(MoeError, match=r"x: dtype float64 is not supported"):
+    with pytest.raises(MoeError, match=r"x: dtype torch.float64 is not supported"):
         layer(torch.randn(T, D, dtype=torch.float64))
     with pytest.raises(MoeError, match=r"x: expected a CPU tensor, got device 'meta'"):
         layer(torch.empty(T, D, device="meta"))
     with pytest.raises(MoeError, match=r"x: expected a torch.Tensor"):
         layer([[0.0] * D] * T)
-    with pytest.raises(MoeError, match=r"x: expected shape \[T, 16\] .*got \[2, 3, 4, 16\]"):
+    with pytest.raises(MoeError, match=r"x: expected shape \[T, 16\] or \[B, S, 16\] .*got \[2, 3, 4, 16\]"):
         layer(torch.randn(2, 3, 4, D))
     layer.wo.data = torch.randn(E, F, D + 1)
     with pytest.raises(MoeError, match=r"parameter 'experts.wo': expected shape \[4, 24, 16\], got \[4, 24, 17\]"):

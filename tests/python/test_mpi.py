@@ -2,12 +2,15 @@
 (tests/python/mpi_ep.py)."""
 
 import os
+import pickle
 import shutil
 import subprocess
 import sys
 import time
 
 import pytest
+
+from moe_engine import MoeError
 
 MPIRUN = shutil.which("mpirun")
 SCRIPT = os.path.join(os.path.dirname(__file__), "mpi_ep.py")
@@ -49,3 +52,15 @@ def test_python_exception_on_one_rank_ends_the_job():
     assert "moe: fatal on rank 1: uncaught Python exception: ValueError: deliberate failure on rank 1" in out, out
     assert "rank 0 was not stopped" not in out
     assert secs < 45, f"the job took {secs:.1f} s to end"
+
+
+def test_copies_of_a_distributed_layer(tmp_path):
+    """Every rank deep-copies / pickles its distributed layer: the copies equal it bit for bit; a
+    pickled rank's layer loaded in a single process is refused with the reason."""
+    path = tmp_path / "rank0.pkl"
+    p, _ = mpirun("copy", str(path))
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "OK copy rank 0" in p.stdout and "OK copy rank 1" in p.stdout
+    with open(path, "rb") as f, pytest.raises(MoeError, match=r"holds rank 0's shards of a 2-rank job; it can be "
+                                                               r"rebuilt only as rank 0 of 2 .*not as rank 0 of 1"):
+        pickle.load(f)

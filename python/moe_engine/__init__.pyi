@@ -1,0 +1,16 @@
+"""Type stubs for moe_engine (python/moe_engine/__init__.py)."""
+
+from typing import SupportsIndex, TypeVar
+
+from ._moe_engine import MoeError as MoeError
+
+__version__: str
+__all__ = ["MoeError", "__version__", "world_size", "rank", "all_reduce_", "set_num_threads", "get_num_threads"]
+
+_T = TypeVar("_T")
+
+def world_size() -> int: ...
+def rank() -> int: ...
+def all_reduce_(tensor: _T, axis: str = ...) -> _T: ...
+def set_num_threads(n: SupportsIndex) -> None: ...
+def get_num_threads() -> int: ...
