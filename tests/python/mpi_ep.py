@@ -7,7 +7,7 @@
   raise: rank 1 raises while rank 0 waits in the layer's collectives: the job must end.
   copy PATH: a distributed layer's deepcopy and pickle round trip (every rank copying) equal it bit
          for bit and are independent; rank 0 writes its pickled layer to PATH (test_mpi.py checks a
-         single process refuses it, saying why).
+         single process refuses it, saying why); then rank 1 passes an empty batch.
 Prints "OK <mode> rank R" on success."""
 
 import copy
@@ -124,6 +124,14 @@ elif mode == "copy":
     if R == 0:
         with open(sys.argv[2], "wb") as f:
             pickle.dump(orig, f)
+    # An empty batch on rank 1: rank 0's tokens are the whole batch (same init on both layers).
+    g = torch.Generator().manual_seed(7)
+    x0, dy0 = torch.randn(T // W, D, generator=g), torch.randn(T // W, D, generator=g)
+    mine = slice(0, T // W if R == 0 else 0)
+    yd, auxd, dxd = step(layer(expert_parallelism=2), x0[mine], dy0[mine])
+    ys, auxs, dxs = step(layer(distributed=False), x0, dy0)
+    assert yd.shape == (len(range(T // W)[mine]), D) and torch.equal(yd, ys[mine]) and torch.equal(dxd, dxs[mine])
+    assert torch.equal(auxd["load_balance_loss"], auxs["load_balance_loss"]) and torch.equal(auxd["z_loss"], auxs["z_loss"])
 elif mode == "raise":
     l = layer(expert_parallelism=2)
     if R == 1:

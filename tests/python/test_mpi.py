@@ -56,7 +56,8 @@ def test_python_exception_on_one_rank_ends_the_job():
 
 def test_copies_of_a_distributed_layer(tmp_path):
     """Every rank deep-copies / pickles its distributed layer: the copies equal it bit for bit; a
-    pickled rank's layer loaded in a single process is refused with the reason."""
+    pickled rank's layer loaded in a single process is refused with the reason. Then rank 1 passes an
+    empty batch: rank 0's results equal the single process's on its tokens alone."""
     path = tmp_path / "rank0.pkl"
     p, _ = mpirun("copy", str(path))
     assert p.returncode == 0, p.stdout + p.stderr
