@@ -34,58 +34,45 @@ def run(code, **env):
     return p.stdout
 
 
-def test_default_follows_torch():
+def test_default_follows_torch_and_explicit_wins():
     run("""
     layer(x)
     assert C.get_num_threads() == torch.get_num_threads(), (C.get_num_threads(), torch.get_num_threads())
+    x.requires_grad_(True)
+    outs = []
     for n in (3, 1, 2):
         torch.set_num_threads(n)
+        layer.zero_grad(); x.grad = None
         y, aux = layer(x)
         assert C.get_num_threads() == n, (C.get_num_threads(), n)
+        (y.square().sum() + aux["load_balance_loss"]).backward()
+        outs.append([y.detach(), x.grad.clone()] + [p.grad.clone() for p in layer.parameters()])
+    for o in outs[1:]:  # results do not depend on the count
+        assert all(torch.equal(a, b) for a, b in zip(outs[0], o))
     torch.set_num_threads(4)
     assert moe_engine.get_num_threads() == 4  # get_num_threads applies the default too
-    """)
-
-
-def test_omp_num_threads_through_torch():
-    run("""
-    assert torch.get_num_threads() == 3
-    layer(x)
-    assert C.get_num_threads() == 3, C.get_num_threads()
-    """, OMP_NUM_THREADS="3")
-
-
-def test_explicit_settings_win():
-    run("""
-    moe_engine.set_num_threads(3)
+    moe_engine.set_num_threads(3)  # explicit: torch no longer followed
     torch.set_num_threads(1)
     layer(x)
     assert C.get_num_threads() == 3 and moe_engine.get_num_threads() == 3
     """)
+
+
+def test_environment():
+    run("""
+    assert torch.get_num_threads() == 3
+    layer(x)
+    assert C.get_num_threads() == 3, C.get_num_threads()  # OMP_NUM_THREADS, through torch
+    """, OMP_NUM_THREADS="3")
     run("""
     assert C.get_num_threads() == 2
     torch.set_num_threads(3)
     layer(x)
-    assert C.get_num_threads() == 2 and moe_engine.get_num_threads() == 2
+    assert C.get_num_threads() == 2 and moe_engine.get_num_threads() == 2  # MOE_NUM_THREADS wins
     moe_engine.set_num_threads(4)
     layer(x)
     assert C.get_num_threads() == 4
     """, MOE_NUM_THREADS="2", OMP_NUM_THREADS="3")
-
-
-def test_results_do_not_depend_on_the_followed_count():
-    run("""
-    x.requires_grad_(True)
-    outs = []
-    for n in (1, 3):
-        torch.set_num_threads(n)
-        layer.zero_grad(); x.grad = None
-        y, aux = layer(x)
-        (y.square().sum() + aux["load_balance_loss"]).backward()
-        assert C.get_num_threads() == n
-        outs.append([y.detach(), x.grad.clone()] + [p.grad.clone() for p in layer.parameters()])
-    assert all(torch.equal(a, b) for a, b in zip(*outs))
-    """)
 
 
 def test_count_type_errors():
@@ -105,12 +92,10 @@ MPIRUN = shutil.which("mpirun")
 
 
 @pytest.mark.skipif(MPIRUN is None, reason="mpirun not found")
-@pytest.mark.parametrize("how", ["env", "split"])
-def test_mpirun_default_is_the_ranks_share(how):
+def test_mpirun_default_is_the_ranks_share():
     env = {k: v for k, v in os.environ.items() if k not in ("MOE_NUM_THREADS", "OMP_NUM_THREADS")}
     env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     cmd = [MPIRUN, "--oversubscribe", "-np", "2", sys.executable, os.path.join(HERE, "mpi_threads.py")]
-    p = subprocess.run(cmd + (["split"] if how == "split" else []), env=env, capture_output=True, text=True,
-                       timeout=120)
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stdout + p.stderr
     assert "OK threads rank 0" in p.stdout and "OK threads rank 1" in p.stdout, p.stdout + p.stderr
