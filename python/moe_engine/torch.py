@@ -109,6 +109,9 @@ except (ImportError, AttributeError):  # a torch without the reentrant checkpoin
     _CKPT_FORWARD = _CKPT_BACKWARD = None
 
 
+_carried = False  # set (for good) by the first box: until then calls with a graph skip the stack walk
+
+
 class _AuxBox:
     """The aux losses' incoming gradients of one checkpointed call, passed to its recompute."""
 
@@ -156,6 +159,8 @@ def _next_box(frame):
 
 def _box_for_recompute():
     """For a call with a graph: the box of the forward call it recomputes (None elsewhere)."""
+    if not _carried:
+        return None
     frames = _checkpoint_frames()
     if not frames or frames[0].f_code is not _CKPT_BACKWARD:
         return None
@@ -169,7 +174,9 @@ def _carry_aux(lb, z):
     if not frames:
         return lb, z
     if frames[0].f_code is _CKPT_BACKWARD:  # a call under no_grad inside the recompute: no gradient,
-        _next_box(frames[0])  # as in the unchecked run, but it keeps the calls matched
+        box = _next_box(frames[0])  # as in the unchecked run, but it keeps the calls matched
+        if box is not None:
+            box.used = True
         return lb, z
     args = frames[0].f_locals.get("args", ())
     anchor = next((a for a in args if isinstance(a, _torch.Tensor) and a.requires_grad), None)
@@ -177,11 +184,13 @@ def _carry_aux(lb, z):
         return lb, z
     if len(frames) > 1:
         raise _nested_error()
+    global _carried
     ctx = frames[0].f_locals.get("ctx")
     box = _AuxBox()
     if not hasattr(ctx, "_moe_aux_boxes"):
         ctx._moe_aux_boxes = []
     ctx._moe_aux_boxes.append(box)
+    _carried = True
     with _torch.enable_grad():
         return _AuxCarrier.apply(box, anchor, lb, z)
 
