@@ -61,6 +61,9 @@ struct LayerOutputs {
   float load_balance_loss = 0.0f;  // already weighted
   float z_loss = 0.0f;             // already weighted
   int64_t dropped = 0;             // slots dropped by capacity
+  // Tokens whose router logits are not all finite, over all ranks (docs/reliability.md): > 0
+  // makes both aux losses NaN; their rows still take K slots (scores NaN: experts 0..K-1).
+  int64_t nonfinite_tokens = 0;
 };
 
 struct LayerGrads {

@@ -230,19 +230,19 @@ def _aux_cotangents(ctx, dlb, dz):
 
 
 class _MoEFunction(_torch.autograd.Function):
-    """(y, load_balance_loss, z_loss, group_sizes, topk_idx, topk_weights, dropped) = f(x, *params);
-    the backward is the engine's (the last four outputs carry no gradient)."""
+    """(y, load_balance_loss, z_loss, group_sizes, topk_idx, topk_weights, dropped, nonfinite_tokens)
+    = f(x, *params); the backward is the engine's (the last five outputs carry no gradient)."""
 
     @staticmethod
     def forward(ctx, layer, x, *params):
         out = layer._engine.forward(layer._param_views(params), _view(x), True)
-        y, lb, z, group_sizes, topk_idx, topk_weights, dropped, state = out
+        y, lb, z, group_sizes, topk_idx, topk_weights, dropped, nonfinite, state = out
         ctx.layer = layer
         ctx.state = state
         ctx.aux_box = layer.__dict__.pop("_aux_box", None)  # reentrant checkpoint's recompute
         ctx.param_dtypes = [p.dtype for p in params]
         routing = (_from_dlpack(group_sizes), _from_dlpack(topk_idx), _from_dlpack(topk_weights),
-                   _torch.tensor(dropped, dtype=_torch.int64))
+                   _torch.tensor(dropped, dtype=_torch.int64), _torch.tensor(nonfinite, dtype=_torch.int64))
         ctx.mark_non_differentiable(*routing)
         return (_from_dlpack(y), _torch.tensor(lb, dtype=_torch.float32), _torch.tensor(z, dtype=_torch.float32),
                 *routing)
@@ -357,8 +357,10 @@ class MoELayer(_torch.nn.Module):
         """y, aux = layer(x): x [T, D] or [B, S, D] (float32 or bfloat16, CPU); y has x's shape and
         the layer's dtype. aux: load_balance_loss and z_loss (0-d float32, differentiable, already
         weighted), group_sizes [E] int32 (rows kept per expert, all ranks summed), topk_idx [T, K]
-        int32, topk_weights [T, K] float32 and dropped (slots dropped by capacity on this rank).
-        T = 0 (an empty batch) gives an empty y and zero aux losses."""
+        int32, topk_weights [T, K] float32, dropped (slots dropped by capacity on this rank) and
+        nonfinite_tokens (tokens whose router logits are not all finite, all ranks: > 0 makes both
+        aux losses NaN; docs/reliability.md). T = 0 (an empty batch) gives an empty y and zero aux
+        losses."""
         _check_input(x, self.config["emb_dim"])
         _sync_threads()
         shape = x.shape
@@ -367,13 +369,13 @@ class MoELayer(_torch.nn.Module):
         if _torch.is_grad_enabled() and (x.requires_grad or any(p.requires_grad for p in params)):
             self._aux_box = _box_for_recompute()  # taken by _MoEFunction.forward
             try:
-                y, lb, z, gs, topk_idx, topk_weights, dropped = _MoEFunction.apply(self, x2, *params)
+                y, lb, z, gs, topk_idx, topk_weights, dropped, nonfinite = _MoEFunction.apply(self, x2, *params)
             finally:
                 self.__dict__.pop("_aux_box", None)
-            dropped = int(dropped)
+            dropped, nonfinite = int(dropped), int(nonfinite)
         else:  # no graph: the engine keeps no activations
             out = self._engine.forward(self._param_views(params), _view(x2), False)
-            y, lb, z, gs, topk_idx, topk_weights, dropped, _ = out
+            y, lb, z, gs, topk_idx, topk_weights, dropped, nonfinite, _ = out
             y, gs = _from_dlpack(y), _from_dlpack(gs)
             topk_idx, topk_weights = _from_dlpack(topk_idx), _from_dlpack(topk_weights)
             lb, z = _torch.tensor(lb, dtype=_torch.float32), _torch.tensor(z, dtype=_torch.float32)
@@ -381,7 +383,7 @@ class MoELayer(_torch.nn.Module):
         if x.dim() == 3:
             y = y.reshape(shape[0], shape[1], shape[2])
         aux = {"load_balance_loss": lb, "z_loss": z, "group_sizes": gs, "topk_idx": topk_idx,
-               "topk_weights": topk_weights, "dropped": dropped}
+               "topk_weights": topk_weights, "dropped": dropped, "nonfinite_tokens": nonfinite}
         return y, aux
 
     # --- Mixtral weights ---------------------------------------------------------------------

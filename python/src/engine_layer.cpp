@@ -142,6 +142,7 @@ ForwardResult EngineLayer::forward(const std::map<std::string, Tensor>& params, 
   r.load_balance_loss = o.load_balance_loss;
   r.z_loss = o.z_loss;
   r.dropped = o.dropped;
+  r.nonfinite_tokens = o.nonfinite_tokens;
   if (keep_state) r.state = std::move(st);
   return r;
 }

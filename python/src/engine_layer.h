@@ -36,6 +36,7 @@ struct ForwardResult {
   Tensor y, topk_idx, topk_weights, group_sizes;
   float load_balance_loss = 0.0f, z_loss = 0.0f;
   int64_t dropped = 0;
+  int64_t nonfinite_tokens = 0;         // all ranks (LayerOutputs::nonfinite_tokens)
   std::shared_ptr<ForwardState> state;  // null unless keep_state
 };
 

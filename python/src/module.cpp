@@ -44,7 +44,8 @@ py::tuple forward(const EngineLayer& l, const py::dict& params, const py::handle
   }
   py::object state = r.state ? py::cast(r.state) : py::none();
   return py::make_tuple(to_dlpack(r.y), r.load_balance_loss, r.z_loss, to_dlpack(r.group_sizes),
-                        to_dlpack(r.topk_idx), to_dlpack(r.topk_weights), r.dropped, state);
+                        to_dlpack(r.topk_idx), to_dlpack(r.topk_weights), r.dropped, r.nonfinite_tokens,
+                        state);
 }
 
 py::tuple backward(const EngineLayer& l, std::shared_ptr<ForwardState>& st, const py::handle& dy, double cot_lb,

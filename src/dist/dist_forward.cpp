@@ -111,6 +111,7 @@ DistForwardPtr DistLayer::forward(const LayerWeights& shards, const Tensor& x_in
   AuxLosses aux = aux_losses(cfg_, f->global);
   out.load_balance_loss = aux.load_balance;
   out.z_loss = aux.z_loss;
+  out.nonfinite_tokens = f->global.nonfinite;
   return f;
 }
 

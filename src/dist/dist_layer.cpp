@@ -10,23 +10,32 @@ namespace moe {
 void DistForwardDeleter::operator()(DistForward* p) const { delete p; }
 
 namespace {
-// Serialized AuxStats of one rank: E prob sums, E routed counts, lse sum, tokens.
-size_t stats_bytes(int64_t E) { return size_t(E) * (sizeof(FixedSum) + 8) + sizeof(FixedSum) + 8; }
+// Serialized AuxStats of one rank: E prob sums, E routed counts, lse sum, then the int64s tokens,
+// nonfinite and lse_overflow (the flags travel in the same all-gather: one message, as before).
+constexpr size_t kStatsInts = 3;
+size_t stats_bytes(int64_t E) {
+  return size_t(E) * (sizeof(FixedSum) + 8) + sizeof(FixedSum) + kStatsInts * 8;
+}
 
 void pack_stats(const AuxStats& s, std::byte* p) {
   const size_t E = s.prob_sum.size();
+  const int64_t ints[kStatsInts] = {s.tokens, s.nonfinite, s.lse_overflow};
   std::memcpy(p, s.prob_sum.data(), E * sizeof(FixedSum));
   std::memcpy(p + E * sizeof(FixedSum), s.routed_counts.data(), E * 8);
   std::memcpy(p + E * (sizeof(FixedSum) + 8), &s.lse_sq_sum, sizeof(FixedSum));
-  std::memcpy(p + E * (sizeof(FixedSum) + 8) + sizeof(FixedSum), &s.tokens, 8);
+  std::memcpy(p + E * (sizeof(FixedSum) + 8) + sizeof(FixedSum), ints, sizeof(ints));
 }
 
 void unpack_stats(const std::byte* p, AuxStats& s) {
   const size_t E = s.prob_sum.size();
+  int64_t ints[kStatsInts];
   std::memcpy(s.prob_sum.data(), p, E * sizeof(FixedSum));
   std::memcpy(s.routed_counts.data(), p + E * sizeof(FixedSum), E * 8);
   std::memcpy(&s.lse_sq_sum, p + E * (sizeof(FixedSum) + 8), sizeof(FixedSum));
-  std::memcpy(&s.tokens, p + E * (sizeof(FixedSum) + 8) + sizeof(FixedSum), 8);
+  std::memcpy(ints, p + E * (sizeof(FixedSum) + 8) + sizeof(FixedSum), sizeof(ints));
+  s.tokens = ints[0];
+  s.nonfinite = ints[1];
+  s.lse_overflow = ints[2];
 }
 }  // namespace
 

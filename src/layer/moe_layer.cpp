@@ -84,6 +84,7 @@ LayerForwardPtr layer_forward(const Config& cfg, const LayerWeights& w, const Te
   out.load_balance_loss = aux.load_balance;
   out.z_loss = aux.z_loss;
   out.dropped = f->routing.dropped;
+  out.nonfinite_tokens = f->aux.nonfinite;
   return f;
 }
 

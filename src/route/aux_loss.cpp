@@ -2,23 +2,40 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 namespace moe {
 namespace {
-// softmax(z) and logsumexp(z) of one row.
+// softmax(z) and logsumexp(z) of one row. The max is a plain scan (the first
+// largest, as std::max_element): defined for rows with NaN too (aux_backward).
 float softmax_lse(const float* z, float* p, int64_t E) {
-  float m = *std::max_element(z, z + E);
+  float m = z[0];
+  for (int64_t e = 1; e < E; ++e)
+    if (m < z[e]) m = z[e];
   float sum = 0.0f;
   for (int64_t e = 0; e < E; ++e) sum += (p[e] = std::exp(z[e] - m));
   for (int64_t e = 0; e < E; ++e) p[e] /= sum;
   return m + std::log(sum);
 }
 
+bool finite_row(const float* z, int64_t E) {
+  for (int64_t e = 0; e < E; ++e)
+    if (!std::isfinite(z[e])) return false;
+  return true;
+}
+
 constexpr double kProbUnit = 1152921504606846976.0;  // 2^60
 constexpr double kLseUnit = 1099511627776.0;         // 2^40
+constexpr double kTermLimit = 0x1p126;               // one term must stay below it (in units)
 
-FixedSum to_fixed(double v, double unit) { return FixedSum(std::llround(v * unit)); }
+// v * unit rounded to nearest, halfway away from zero (llround's rounding, without its 2^63 limit;
+// the same bits wherever llround is defined). Needs |v * unit| < kTermLimit.
+FixedSum to_fixed(double v, double unit) { return FixedSum(std::round(v * unit)); }
 double from_fixed(FixedSum v, double unit) { return double(v) / unit; }
+
+// sum += term; false when the sum leaves the __int128 range (terms are >= 0, so whether some
+// grouping overflows does not depend on the grouping: iff the total does).
+bool add_fixed(FixedSum& sum, FixedSum term) { return !__builtin_add_overflow(sum, term, &sum); }
 }  // namespace
 
 void AuxStats::add(const AuxStats& o) {
@@ -27,8 +44,9 @@ void AuxStats::add(const AuxStats& o) {
     prob_sum[e] += o.prob_sum[e];
     routed_counts[e] += o.routed_counts[e];
   }
-  lse_sq_sum += o.lse_sq_sum;
+  if (o.lse_overflow || !add_fixed(lse_sq_sum, o.lse_sq_sum)) lse_overflow = 1;
   tokens += o.tokens;
+  nonfinite += o.nonfinite;
 }
 
 AuxStats aux_stats(const Tensor& logits, const std::vector<int64_t>& routed_counts) {
@@ -39,21 +57,36 @@ AuxStats aux_stats(const Tensor& logits, const std::vector<int64_t>& routed_coun
   st.tokens = T;
   std::vector<float> p(static_cast<size_t>(E));
   for (int64_t t = 0; t < T; ++t) {
-    float lse = softmax_lse(logits.data<float>() + t * E, p.data(), E);
+    const float* z = logits.data<float>() + t * E;
+    if (!finite_row(z, E)) {  // left out of the sums: they stay exact integers
+      ++st.nonfinite;
+      continue;
+    }
+    float lse = softmax_lse(z, p.data(), E);
     for (int64_t e = 0; e < E; ++e) st.prob_sum[size_t(e)] += to_fixed(p[size_t(e)], kProbUnit);
-    st.lse_sq_sum += to_fixed(double(lse) * double(lse), kLseUnit);
+    const double sq = double(lse) * double(lse);  // finite: |lse| <= f32 max
+    if (st.lse_overflow || !(sq * kLseUnit < kTermLimit) || !add_fixed(st.lse_sq_sum, to_fixed(sq, kLseUnit)))
+      st.lse_overflow = 1;
   }
   return st;
 }
 
 AuxLosses aux_losses(const Config& cfg, const AuxStats& g) {
   AuxLosses out;
+  if (g.nonfinite > 0) {  // whatever the weights: weight * NaN is NaN
+    out.load_balance = out.z_loss = std::numeric_limits<float>::quiet_NaN();
+    return out;
+  }
   const double T = double(std::max<int64_t>(g.tokens, 1));
   const size_t E = g.prob_sum.size();
   double lb = 0.0;
   for (size_t e = 0; e < E; ++e) lb += (double(g.routed_counts[e]) / T) * (from_fixed(g.prob_sum[e], kProbUnit) / T);
   out.load_balance = float(cfg.load_balance_loss_weight * double(E) * lb);
-  out.z_loss = float(cfg.router_z_loss_weight * from_fixed(g.lse_sq_sum, kLseUnit) / T);
+  const double wz = cfg.router_z_loss_weight;
+  if (g.lse_overflow)  // a token's lse^2 >= 2^86 or the sum >= 2^87 (a weight of 0 keeps 0)
+    out.z_loss = wz == 0.0 ? 0.0f : float(wz * std::numeric_limits<double>::infinity());
+  else
+    out.z_loss = float(wz * from_fixed(g.lse_sq_sum, kLseUnit) / T);
   return out;
 }
 

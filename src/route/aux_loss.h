@@ -20,12 +20,21 @@ struct AuxLosses {
 // of 2^-40) so adding per-rank statistics in any order gives the same bits as
 // one process over all tokens: the distributed loss equals the single-process
 // loss exactly. The quantization error (< T * 2^-60) is far below f32 ulp.
+//
+// Non-finite tokens (docs/reliability.md): a token whose logits are not all
+// finite (NaN or inf in its x, in the router kernel, or an f32 overflow) is
+// left out of the sums and counted in `nonfinite`; any count > 0, on any rank,
+// makes both losses NaN. A squared log-sum-exp sum past the fixed-point range
+// (2^127 units) sets `lse_overflow`: the z-loss is then +inf (weight > 0).
+// Both are exact integers, so every grouping of the ranks gives the same result.
 using FixedSum = __int128;
 struct AuxStats {
-  std::vector<FixedSum> prob_sum;      // [E] sum over tokens of softmax(z)[t, e]
-  FixedSum lse_sq_sum = 0;             // sum over tokens of logsumexp(z_t)^2
+  std::vector<FixedSum> prob_sum;      // [E] sum over finite tokens of softmax(z)[t, e]
+  FixedSum lse_sq_sum = 0;             // sum over finite tokens of logsumexp(z_t)^2
   std::vector<int64_t> routed_counts;  // [E] slots routed to each expert, before dropping
-  int64_t tokens = 0;
+  int64_t tokens = 0;                  // all tokens, finite or not
+  int64_t nonfinite = 0;               // tokens with a non-finite logit
+  int64_t lse_overflow = 0;            // 1: lse_sq_sum left the fixed-point range (value unusable)
   // Adds another shard's statistics (exact, order-independent).
   void add(const AuxStats& o);
 };

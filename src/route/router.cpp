@@ -19,8 +19,12 @@ Tensor router_logits(const Tensor& x_f32, const Tensor& W) {
   return z;
 }
 
+// The max is a plain scan (the first largest, as std::max_element): defined for rows with NaN,
+// whose scores are then NaN and route by score_before.
 void softmax_row(const float* z, float* s, int64_t E) {
-  float m = *std::max_element(z, z + E);
+  float m = z[0];
+  for (int64_t e = 1; e < E; ++e)
+    if (m < z[e]) m = z[e];
   float sum = 0.0f;
   for (int64_t e = 0; e < E; ++e) sum += (s[e] = std::exp(z[e] - m));
   for (int64_t e = 0; e < E; ++e) s[e] /= sum;

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 
 #include "core/counter_rng.h"
 #include "train/optimizer.h"
@@ -63,6 +64,14 @@ void fill_routing_metrics(const StepEnv& env, LossTerms& l, StepMetrics& m) {
   }
 }
 
+// "inf: mse 0.0213, lb 0.0101, z inf": which term is not finite (the aux losses are NaN when any
+// token's router logits are not, on any rank; docs/reliability.md).
+std::string loss_terms(const StepMetrics& m) {
+  char buf[160];
+  std::snprintf(buf, sizeof(buf), "%g: mse %g, lb %g, z %g", m.loss, m.mse, m.lb, m.z);
+  return buf;
+}
+
 void apply_adamw(const Config& cfg, TrainState& st, const std::vector<Param>& grads, double lr) {
   AdamWHyper h{lr, cfg.beta1, cfg.beta2, cfg.adam_eps, cfg.weight_decay};
   auto p = parameters(cfg, st.params), m = parameters(cfg, st.m), v = parameters(cfg, st.v);
@@ -110,8 +119,8 @@ StepMetrics train_step(const Config& cfg, TrainState& st, const Model& teacher, 
   fill_routing_metrics(env, l, m);
   if (!std::isfinite(m.loss) || !std::isfinite(m.grad_norm))
     throw NonFiniteError("non-finite " + std::string(std::isfinite(m.loss) ? "gradient norm" : "loss") +
-                         " (" + std::to_string(std::isfinite(m.loss) ? m.grad_norm : m.loss) + ") at step " +
-                         std::to_string(m.step));
+                         " (" + (std::isfinite(m.loss) ? std::to_string(m.grad_norm) : loss_terms(m)) +
+                         ") at step " + std::to_string(m.step));
   if (cfg.grad_clip > 0 && m.grad_norm > cfg.grad_clip) scale_grads(g, float(cfg.grad_clip / m.grad_norm));
   m.lr = learning_rate_at(cfg, st.step);
   apply_adamw(cfg, st, g, m.lr);

@@ -3,6 +3,8 @@
          vs the single-process layer on every rank (same Mixtral block, the global batch split by
          rank): y, dx, losses, routing bit-exact; expert weight gradients bit-exact when
          data = fsdp = 1, else (and the router's) within f32 rounding; the shards; export.
+  nonfinite V...: one NaN token on rank 1: NaN aux losses on both ranks, the finite tokens'
+         rows bit-exact against the single process.
   allreduce: all_reduce_ sums in rank order, the same bits on every rank.
   raise: rank 1 raises while rank 0 waits in the layer's collectives: the job must end.
   copy PATH: a distributed layer's deepcopy and pickle round trip (every rank copying) equal it bit
@@ -88,6 +90,33 @@ if mode == "ep":
         keys = {k: (int(v) if v.isdigit() else v == "true" if v in ("true", "false") else v)
                 for k, v in (kv.split("=", 1) for kv in variant.split(","))}
         check_variant(keys, single, ys, auxs, dxs, block, x, dy)
+        print(f"variant {variant}: ok on rank {R}", flush=True)
+elif mode == "nonfinite":
+    # One NaN in one token of rank 1's rows: the aux losses are NaN on both ranks (offload on and
+    # off), every finite token's y, grad x and routing equal the single process's bit for bit.
+    torch.manual_seed(0)
+    block = MixtralBlock(E, K, D, F)
+    g = torch.Generator().manual_seed(1)
+    x, dy = torch.randn(T, D, generator=g), torch.randn(T, D, generator=g)
+    bad = T // W + 3
+    x[bad, 5] = float("nan")
+    single = layer(distributed=False)
+    single.load_mixtral_block(block.state_dict())
+    ys, auxs, dxs = step(single, x, dy)
+    assert torch.isnan(auxs["load_balance_loss"]) and torch.isnan(auxs["z_loss"]) and auxs["nonfinite_tokens"] == 1
+    rows = range(R * T // W, (R + 1) * T // W)
+    good = [t for t in rows if t != bad]
+    local = [t - rows.start for t in good]
+    for variant in sys.argv[2:]:
+        keys = {k: (int(v) if v.isdigit() else v) for k, v in (kv.split("=", 1) for kv in variant.split(","))}
+        dist = layer(**keys)
+        dist.load_mixtral_block(block.state_dict())
+        yd, auxd, dxd = step(dist, x[rows.start:rows.stop], dy[rows.start:rows.stop])
+        assert torch.isnan(auxd["load_balance_loss"]) and torch.isnan(auxd["z_loss"]), variant
+        assert auxd["nonfinite_tokens"] == 1, (variant, auxd["nonfinite_tokens"])
+        assert torch.equal(yd[local], ys[good]), variant
+        assert torch.equal(dxd[local], dxs[good]), variant
+        assert torch.equal(auxd["topk_idx"], auxs["topk_idx"][rows.start:rows.stop]), variant
         print(f"variant {variant}: ok on rank {R}", flush=True)
 elif mode == "allreduce":
     g = torch.Generator().manual_seed(10 + R)

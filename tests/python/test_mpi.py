@@ -39,6 +39,19 @@ def test_distributed_layer_equals_single_process():
     assert "OK ep rank 0" in p.stdout and "OK ep rank 1" in p.stdout
 
 
+NONFINITE_VARIANTS = ["expert_parallelism=2", "expert_parallelism=2,moe_offload_targets=all,num_moe_token_chunks=2",
+                      "data_parallelism=2"]
+
+
+def test_one_ranks_nan_makes_every_ranks_aux_losses_nan():
+    p, _ = mpirun("nonfinite", *NONFINITE_VARIANTS)
+    assert p.returncode == 0, p.stdout + p.stderr
+    for v in NONFINITE_VARIANTS:
+        for r in (0, 1):
+            assert f"variant {v}: ok on rank {r}" in p.stdout, p.stdout + p.stderr
+    assert "OK nonfinite rank 0" in p.stdout and "OK nonfinite rank 1" in p.stdout
+
+
 def test_all_reduce_is_rank_ordered_and_identical():
     p, _ = mpirun("allreduce")
     assert p.returncode == 0, p.stdout + p.stderr

@@ -5,7 +5,9 @@
 // named errors on every rank.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <fstream>
+#include <limits>
 
 #include "moe/safetensors.h"
 #include "testing/cli_runner.h"
@@ -72,6 +74,27 @@ TEST_F(CliStepMpi, FsdpFilesEqualSingleProcessWithinBound) {
   auto r = mpirun(4, step_args("f2e2.st") + " fsdp_parallelism=2 expert_parallelism=2 num_moe_token_chunks=2");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   expect_same_file(dir_.file("single.st"), dir_.file("f2e2.st"), false);
+}
+
+// One NaN in a token of the last rank's rows: the files still equal the single process's (the aux
+// losses NaN, every finite token's rows bit for bit), with offload on and off.
+TEST_F(CliStepMpi, NonFiniteTokenOnOneRankGivesTheSingleProcessFile) {
+  SafetensorsFile in = read_safetensors(dir_.file("in.st"));
+  Tensor x = in.at("x").to(DType::f32);
+  x.data<float>()[20 * 32 + 3] = std::numeric_limits<float>::quiet_NaN();  // token 20: rank 1 of 2
+  write_safetensors(dir_.file("in.st"), {{"x", x}, {"dy", in.at("dy")}});
+  auto r = moe(step_args("single.st"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("nonfinite_tokens=1"), std::string::npos) << r.out;
+  SafetensorsFile single = read_safetensors(dir_.file("single.st"));
+  EXPECT_TRUE(std::isnan(single.at("aux.load_balance_loss").get_f32(0)));
+  EXPECT_TRUE(std::isnan(single.at("aux.z_loss").get_f32(0)));
+  for (const char* extra : {"", " moe_offload_targets=all num_moe_token_chunks=2"}) {
+    r = mpirun(2, step_args("ep2.st") + " expert_parallelism=2" + extra);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_NE(r.out.find("nonfinite_tokens=1"), std::string::npos) << r.out;
+    expect_same_file(dir_.file("single.st"), dir_.file("ep2.st"), true);
+  }
 }
 
 TEST_F(CliStepMpi, BadLayoutsAreNamedErrors) {

@@ -2,8 +2,10 @@
 // contract of SPEC.md §7, equality with the in-process layer, clear errors.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -119,6 +121,37 @@ TEST_F(CliStep, BadInputsAreNamedErrors) {
   EXPECT_FALSE(std::filesystem::exists(dir_.file("o.st")));
   EXPECT_NE(moe("--help").out.find("step"), std::string::npos);
   EXPECT_NE(moe("step --help").out.find("--weights"), std::string::npos);
+}
+
+// A NaN and an inf token: NaN aux losses in the file, the count in the summary, the other
+// tokens' rows of y as in the clean step.
+TEST_F(CliStep, NonFiniteTokensGiveNanAuxLosses) {
+  ASSERT_EQ(moe("init --config " + cfg_ + " --out " + dir_.file("w.st") + " --inputs " + dir_.file("in.st") +
+                " --tokens 10")
+                .exit_code,
+            0);
+  const std::string step = "step --config " + cfg_ + " --weights " + dir_.file("w.st") + " --inputs ";
+  auto r = moe(step + dir_.file("in.st") + " --out " + dir_.file("clean.st"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out.find("nonfinite_tokens"), std::string::npos) << r.out;
+  SafetensorsFile in = read_safetensors(dir_.file("in.st"));
+  Tensor x = in.at("x").to(DType::f32);
+  x.data<float>()[2 * 16 + 5] = std::numeric_limits<float>::quiet_NaN();
+  x.data<float>()[7 * 16 + 0] = -std::numeric_limits<float>::infinity();
+  write_safetensors(dir_.file("bad.st"), {{"x", x}});
+  r = moe(step + dir_.file("bad.st") + " --out " + dir_.file("bad_out.st"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("nonfinite_tokens=2"), std::string::npos) << r.out;
+  SafetensorsFile clean = read_safetensors(dir_.file("clean.st")),
+                  bad = read_safetensors(dir_.file("bad_out.st"));
+  EXPECT_TRUE(std::isnan(bad.at("aux.load_balance_loss").get_f32(0)));
+  EXPECT_TRUE(std::isnan(bad.at("aux.z_loss").get_f32(0)));
+  for (int64_t t = 0; t < 10; ++t) {
+    if (t == 2 || t == 7) continue;
+    EXPECT_TRUE(bad.at("y").slice_rows(t, t + 1).bit_equal(clean.at("y").slice_rows(t, t + 1))) << t;
+    EXPECT_TRUE(bad.at("topk_idx").slice_rows(t, t + 1).bit_equal(clean.at("topk_idx").slice_rows(t, t + 1)))
+        << t;
+  }
 }
 
 // --trace on one rank: the distributed path (bit-identical to the plain

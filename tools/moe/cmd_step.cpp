@@ -23,6 +23,9 @@ void print_summary(const StepResult& r, bool backward, const std::string& out) {
   std::printf("  group_sizes:");
   for (int64_t e = 0; e < o.group_sizes.numel(); ++e) std::printf(" %d", o.group_sizes.data<int32_t>()[e]);
   std::printf("\n");
+  if (o.nonfinite_tokens > 0)
+    std::printf("  nonfinite_tokens=%lld: router logits not all finite; the aux losses are NaN\n",
+                (long long)o.nonfinite_tokens);
   if (backward)
     std::printf("  |grad.x|=%.6g  |grad.router.kernel|=%.6g\n", norm(r.grads.dx), norm(r.grads.weights.router));
   std::printf("  wrote %s\n", out.c_str());

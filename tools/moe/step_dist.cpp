@@ -85,6 +85,7 @@ void run(const Config& cfg, const StepPaths& p, Communicator& w) {
   r.outputs.group_sizes = sum_group_sizes(w, o.group_sizes);
   r.outputs.load_balance_loss = o.load_balance_loss;
   r.outputs.z_loss = o.z_loss;
+  r.outputs.nonfinite_tokens = o.nonfinite_tokens;  // already global
   int64_t dropped = o.dropped;
   std::vector<int64_t> all(static_cast<size_t>(w.size()));
   w.gatherv(&dropped, sizeof(dropped), all.data(), std::vector<size_t>(size_t(w.size()), sizeof(int64_t)), 0);
