@@ -107,6 +107,8 @@ def parse_args(argv=None):
     p.add_argument("--threads", type=int, default=0, help="threads of PyTorch and the engine (0: all cores)")
     p.add_argument("--moe", default=os.path.join(HERE, "..", "build", "moe"), help="the moe binary")
     p.add_argument("--no-engine", action="store_true", help="skip MoELayer and moe bench (plain blocks only)")
+    p.add_argument("--engine-only", action="store_true",
+                   help="changing-t and accumulate: MoELayer alone, without the first --block as the reference")
     p.add_argument("--json", help="write the results here")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)  # sequence: one fresh case
     a = p.parse_args(argv)
@@ -116,6 +118,8 @@ def parse_args(argv=None):
     a.block = a.block or ["sorted_fused", "dense"]
     if a.repeats < 1 or a.warmup < 0 or a.threads < 0 or a.changing_steps < 1 or a.tokens < 0:
         p.error("--repeats >= 1, --warmup >= 0, --threads >= 0, --changing-steps >= 1, --tokens >= 0")
+    if a.no_engine and a.engine_only:
+        p.error("--no-engine and --engine-only exclude each other")
     if a.no_engine and set(a.scenario) - {"compare"}:
         p.error("--no-engine: only --scenario compare (the others measure MoELayer)")
     return a
@@ -412,6 +416,9 @@ class Run:
         out = ["torch-" + b for b in self.a.block]
         return out + (["MoELayer"] if engine and self.moe_engine else [])
 
+    def real_use_impls(self):
+        return ([] if self.a.engine_only else self.impls()[:1]) + (["MoELayer"] if self.moe_engine else [])
+
     # compare --------------------------------------------------------------------------------
     def compare(self):
         a = self.a
@@ -493,7 +500,7 @@ class Run:
                   f"[{max(1, T // 4)}, {T}] (mean {statistics.mean(ts):.0f}); {dt}", flush=True)
             w = make_weights(*shape[:4])
             x_all, dy_all = w["x"].to(dtype), w["dy"].to(dtype)
-            for impl in self.impls()[:1] + (["MoELayer"] if self.moe_engine else []):
+            for impl in self.real_use_impls():
                 block, reset, _ = make_impl(impl, self.moe_engine, w, dtype, shape)
                 fixed_steps = max(a.repeats, 3)
                 _, tot, mf = time_steps(block, reset, x_all, dy_all, a.warmup, fixed_steps, fwd_flops(*shape))
@@ -581,7 +588,7 @@ class Run:
             w = make_weights(2 * T, D, Fd, E)
             xs = [w["x"][:T].to(dtype), w["x"][T:].to(dtype)]
             dys = [w["dy"][:T].to(dtype), w["dy"][T:].to(dtype)]
-            for impl in self.impls()[:1] + (["MoELayer"] if self.moe_engine else []):
+            for impl in self.real_use_impls():
                 block, reset, params = make_impl(impl, self.moe_engine, w, dtype, shape)
                 _, tot1, m1 = time_steps(block, reset, xs[0], dys[0], a.warmup, a.repeats, flops)
                 self.record("accumulate", case, impl, dt, "1 micro", tot1, 3 * flops, m1)
