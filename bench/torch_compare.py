@@ -367,12 +367,12 @@ def moe_bench(moe, case, dtype, repeats, warmup, threads):
 
 
 def mem_estimate_gib(shape, n_impls=1):
-    """Rough resident bytes of one implementation at a time: f32 weights (masters), their f32
-    gradients, a compute-dtype copy and the activations."""
+    """Rough resident bytes of one implementation at a time: the script's f32 copy of the weights,
+    the f32 weights (masters) and their f32 gradients, a compute-dtype copy and the activations."""
     T, D, Fd, E, K = shape
     w = 3 * E * D * Fd * 4
     act = T * K * (D + 3 * Fd) * 4 * 2
-    return (2.5 * w + act) * n_impls / 2 ** 30
+    return (3.5 * w + act) * n_impls / 2 ** 30
 
 
 def mem_available_gib():
