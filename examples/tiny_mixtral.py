@@ -40,7 +40,7 @@ from tiny_mixtral_util import ExampleError  # noqa: E402
 FORMAT = "tiny_mixtral/1"
 # the checkpoint's metadata that must match on resume (the model and the data)
 MODEL_KEYS = ("dim", "layers", "heads", "experts", "top_k", "mlp_dim", "seq_len", "batch", "seed",
-              "pos_std", "steps", "lr", "warmup", "min_lr_ratio", "weight_decay", "grad_clip", "lb_weight",
+              "steps", "lr", "warmup", "min_lr_ratio", "weight_decay", "grad_clip", "lb_weight",
               "z_weight", "heldout_every")
 
 
@@ -61,8 +61,6 @@ def parse_args(argv=None):
     p.add_argument("--experts", type=int, default=8, help="routed experts E per block")
     p.add_argument("--top-k", type=int, default=2, help="experts per token K")
     p.add_argument("--mlp-dim", type=int, default=512, help="expert hidden width F")
-    p.add_argument("--pos-std", type=float, default=1.0,
-                   help="initial standard deviation of the position embeddings (the byte embeddings': 1)")
     p.add_argument("--dtype", choices=["f32", "bf16"], default="f32",
                    help="the MoE FFN's compute dtype (master weights, attention and norms stay f32)")
     p.add_argument("--threads", type=int, default=0,
@@ -107,8 +105,6 @@ def parse_args(argv=None):
         p.error(f"--top-k {a.top_k} must be <= --experts {a.experts}")
     if not (a.lr > 0 and math.isfinite(a.lr)):
         p.error(f"--lr must be finite and > 0, got {a.lr}")
-    if not (a.pos_std >= 0 and math.isfinite(a.pos_std)):
-        p.error(f"--pos-std must be finite and >= 0, got {a.pos_std}")
     if not 0 <= a.min_lr_ratio <= 1:
         p.error(f"--min-lr-ratio must be in [0, 1], got {a.min_lr_ratio}")
     if a.until > a.steps:
@@ -236,7 +232,7 @@ def init_weights(a):
     D, Fd, E, L = a.dim, a.mlp_dim, a.experts, a.layers
     out_scale = (2 * L) ** -0.5
     w = {"emb.weight": torch.randn(256, D, generator=g),
-         "pos": torch.randn(a.seq_len, D, generator=g) * a.pos_std,
+         "pos": torch.randn(a.seq_len, D, generator=g) * 0.1,
          "norm.weight": torch.ones(D),
          "head.weight": torch.randn(256, D, generator=g) * D ** -0.5}
     for i in range(L):
