@@ -51,7 +51,7 @@ def parse_args(argv=None):
                    help="each block's FFN: moe_engine's MoELayer or the plain PyTorch Mixtral block")
     p.add_argument("--torch-block", choices=sorted(util.TORCH_BLOCKS), default="loop",
                    help="--ffn torch: the per-expert loop (Mixtral) or sort-by-expert")
-    p.add_argument("--steps", type=int, default=200, help="optimizer steps (the schedule's length)")
+    p.add_argument("--steps", type=int, default=400, help="optimizer steps (the schedule's length)")
     p.add_argument("--until", type=int, default=0, help="stop after this step (0: --steps); the schedule keeps --steps")
     p.add_argument("--batch", type=int, default=16, help="sequences per step (global, over all ranks)")
     p.add_argument("--seq-len", type=int, default=128, help="bytes per sequence")
@@ -81,7 +81,7 @@ def parse_args(argv=None):
     p.add_argument("--resume", action="store_true", help="continue from OUT/latest bit-exactly")
     p.add_argument("--checkpoint-every", type=int, default=100, help="steps between checkpoints (and one at the end)")
     p.add_argument("--keep", type=int, default=2, help="checkpoints kept")
-    p.add_argument("--log-every", type=int, default=10, help="steps between progress lines")
+    p.add_argument("--log-every", type=int, default=20, help="steps between progress lines")
     p.add_argument("--eval-every", type=int, default=50, help="steps between held-out evaluations (and one at the end)")
     p.add_argument("--eval-batches", type=int, default=8, help="held-out batches (of --batch sequences) per evaluation")
     p.add_argument("--sample", type=int, default=300, help="bytes to sample at the end (0: none)")
@@ -558,6 +558,8 @@ def main(argv=None):
     say(f"model: {a.layers} blocks, D={D} heads={a.heads} E={a.experts} K={a.top_k} F={Fd}, seq {S}, "
         f"batch {a.batch} ({a.batch * S} tokens/step); {n_params / 1e6:.2f} M parameters ({n_moe / 1e6:.2f} M in "
         f"experts); MoE FFNs {moe_share:.0%} of the forward FLOPs")
+    if world.rank == 0:
+        print_config(a, t_torch, t_engine if engine else None, world, model)
     say(f"corpus: {len(files)} fortune files in {a.data_dir}: {train_data.numel()} training bytes, "
         f"{heldout.numel()} held-out; unigram (byte) entropy of the training bytes {h_unigram:.4f} nats "
         f"({h_unigram / math.log(2):.3f} bits)")
@@ -646,6 +648,23 @@ def main(argv=None):
         say("sample:\n" + text)
     say(f"metrics: {metrics_path} (draw: build/moe report {metrics_path}); checkpoints: {a.out}")
     return 0
+
+
+def print_config(a, t_torch, t_engine, world, model):
+    """The resolved settings: every flag's value (defaults filled in, threads resolved) and the
+    MoE layers' config keys that differ from the engine's defaults (docs/config.md)."""
+    skip = {"config", "layer_config", "threads", "torch_threads", "engine_threads"}
+    flags = {k: v for k, v in sorted(vars(a).items()) if k not in skip}
+    flags["threads"] = f"torch {t_torch}, engine {t_engine if t_engine else '-'} (per rank)"
+    flags["ranks"] = world.size
+    print("config:")
+    for k, v in flags.items():
+        print(f"  {k.replace('_', '-'):<17} {v}")
+    ffn = model.blocks[0].ffn
+    table = getattr(getattr(ffn, "_engine", None), "config_table", None)
+    if table:
+        keys = [f"{k}={v}" for k, v, src in table() if src != "default"]
+        print("  moe layer         " + " ".join(keys))
 
 
 def engine_summed(name, a):

@@ -1,11 +1,18 @@
 #!/usr/bin/env bash
-# The main job: install, build, train the MoE stack with the embedded default
-# config (metrics and checkpoints under out/), draw the report, then run one
-# layer step on a small example.
+# The main job: install the Debian packages, build, then train the Mixtral-style MoE language
+# model on the `fortunes` corpus (scripts/run_lm.sh: examples/tiny_mixtral.py with the engine's
+# MoELayer; metrics, checkpoints and report.svg under out/lm). MOE_RANKS=2 runs it on two MPI
+# ranks with expert parallelism. Flags after the command go to examples/tiny_mixtral.py.
+#
+#   bash scripts/run.sh [tiny_mixtral.py flags ...]
+#   bash scripts/run.sh --cpp     # the C++-only job instead: `moe train` + report, one `moe step`
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install_deps.sh
 bash scripts/build.sh
+if [[ ${1:-} != --cpp ]]; then
+  exec bash scripts/run_lm.sh "$@"
+fi
 out=${MOE_OUT:-out}
 rm -rf "$out/train"
 mkdir -p "$out/train" "$out/example"
