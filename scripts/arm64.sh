@@ -26,8 +26,8 @@ build)
   start=$(date +%s)
   # No MPI (libopenmpi-dev:arm64 does not install beside the amd64 one) and no oneDNN (the dense
   # baseline's fallback, a one-group grouped GEMM, is measured instead). Build type Emulated, -O1
-  # (MOE_ARM64_OPT): this build is for correctness under emulation, where -O3 buys little, and -O3
-  # takes about twice the compile time; the values are the same (IEEE semantics at every -O:
+  # (MOE_ARM64_OPT): this build is for correctness under emulation, where -O3 buys little and costs
+  # compile time on CI's two cores; the values are the same (IEEE semantics at every -O:
   # -ffp-contract=off, no fast-math). A native arm64 build is Release (-O3) as everywhere.
   cmake -S . -B "$B" -G Ninja -DCMAKE_TOOLCHAIN_FILE=cmake/aarch64-linux-gnu.cmake -DCMAKE_BUILD_TYPE=Emulated \
     -DCMAKE_CXX_FLAGS_EMULATED="${MOE_ARM64_OPT:--O1}" \
