@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Benchmarks every kernel level this CPU runs (docs/benchmarks.md, "Kernel levels"): `moe bench`
 # at MOE_GEMM_ISA=<level> beside oneDNN limited to the same level (ONEDNN_MAX_CPU_ISA), so each
-# level's ratios against the dense baseline are measured in one run, on one machine.
+# level's ratios against the dense baseline are measured in one run, on one machine. On AArch64
+# (levels neon, neon_bf16) the baseline is oneDNN's when the build has it, unlimited (its Arm ISA
+# names differ), else the one-group grouped GEMM at the same level.
 # Usage: scripts/bench_levels.sh [ITERS] [OUT_DIR]   (after scripts/build.sh)
 # Writes OUT_DIR/<level>_<dtype>.json (default out/bench_levels) and prints each table.
 set -euo pipefail
@@ -14,9 +16,10 @@ onednn_isa() {
     avx2) echo AVX2 ;;
     avx512) echo AVX512_CORE ;;
     avx512_bf16) echo AVX512_CORE_BF16 ;;
+    *) echo ALL ;;
   esac
 }
-for level in avx2 avx512 avx512_bf16; do
+for level in avx2 avx512 avx512_bf16 neon neon_bf16; do
   if ! MOE_GEMM_ISA=$level build/moe --help >/dev/null 2>&1; then
     echo "== $level: skipped (this CPU or build lacks it)"
     continue

@@ -3,11 +3,14 @@
 // (or forced with MOE_GEMM_ISA), the same level on every MPI rank.
 //
 // Levels, lowest first: `reference` (the plain reference twins, any CPU),
-// `avx2` (AVX2 + FMA; bf16 widened to f32 while packing), `avx512`
+// on x86-64 `avx2` (AVX2 + FMA; bf16 widened to f32 while packing), `avx512`
 // (AVX-512 F/BW/VL/DQ; bf16 widened), `avx512_bf16` (AVX-512 plus the bf16
-// dot product vdpbf16ps). Results at one level are deterministic; levels may
-// differ from each other in rounding (summation order, vdpbf16ps flushes bf16
-// denormals), never in the contracts (row independence, fused = split = EP).
+// dot product vdpbf16ps); on AArch64 `neon` (AdvSIMD FMA; bf16 widened) and
+// `neon_bf16` (AdvSIMD plus the bf16 dot product BFDOT). A build has the
+// levels of its architecture only. Results at one level are deterministic;
+// levels may differ from each other in rounding (summation order, the bf16
+// dot products' rounding and denormal flushing), never in the contracts (row
+// independence, fused = split = EP).
 #pragma once
 
 #include <optional>
@@ -17,9 +20,11 @@
 
 namespace moe {
 
-enum class Isa : int { reference = 0, avx2 = 1, avx512 = 2, avx512_bf16 = 3 };
+// The numbers order the levels of one architecture (lowest first): the MPI agreement takes the
+// lowest of all ranks, and ranks of one job run one build, so one architecture.
+enum class Isa : int { reference = 0, avx2 = 1, avx512 = 2, avx512_bf16 = 3, neon = 4, neon_bf16 = 5 };
 
-// Names as in MOE_GEMM_ISA: "reference", "avx2", "avx512", "avx512_bf16".
+// Names as in MOE_GEMM_ISA: "reference", "avx2", "avx512", "avx512_bf16", "neon", "neon_bf16".
 const char* isa_name(Isa isa);
 std::optional<Isa> isa_from_name(std::string_view name);
 // "reference, avx2, ..." (for messages).

@@ -5,8 +5,9 @@
 //
 // The rule (docs/benchmarks.md, "The dense baseline"): the baseline computes
 // in the dtype the active kernel level computes in. bf16 only at avx512_bf16
-// (native bf16 dot products); at avx2, avx512 and reference a bf16 layer
-// widens bf16 to f32, so its baseline is an f32 matmul of the same FLOPs.
+// and neon_bf16 (native bf16 dot products); at avx2, avx512, neon and
+// reference a bf16 layer widens bf16 to f32, so its baseline is an f32 matmul
+// of the same FLOPs.
 // When the library has no bf16 matmul here (e.g. ONEDNN_MAX_CPU_ISA=AVX2),
 // f32 again, and `why` says so. Never an error.
 //

@@ -6,6 +6,10 @@
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
 #endif
+#if defined(__aarch64__) && defined(__linux__)
+#include <sys/auxv.h>
+#include <sys/prctl.h>
+#endif
 
 namespace moe {
 namespace {
@@ -59,6 +63,28 @@ void detect_x86(CpuFeatures& f) {
 }
 #endif
 
+#if defined(__aarch64__) && defined(__linux__)
+// Bits of AT_HWCAP and AT_HWCAP2 (the Linux arm64 ABI, asm/hwcap.h; spelled out so older headers build).
+constexpr unsigned long kHwcapAsimd = 1ul << 1, kHwcapFphp = 1ul << 9, kHwcapSve = 1ul << 22;
+constexpr unsigned long kHwcap2Sve2 = 1ul << 1, kHwcap2I8mm = 1ul << 13, kHwcap2Bf16 = 1ul << 14;
+constexpr int kPrSveGetVl = 51;          // PR_SVE_GET_VL
+constexpr int kPrSveVlLenMask = 0xffff;  // PR_SVE_VL_LEN_MASK: the vector length in bytes
+
+void detect_arm(CpuFeatures& f) {
+  const unsigned long hw = getauxval(AT_HWCAP), hw2 = getauxval(AT_HWCAP2);
+  f.asimd = hw & kHwcapAsimd;
+  f.fphp = hw & kHwcapFphp;
+  f.sve = hw & kHwcapSve;
+  f.sve2 = hw2 & kHwcap2Sve2;
+  f.i8mm = hw2 & kHwcap2I8mm;
+  f.bf16 = hw2 & kHwcap2Bf16;
+  if (f.sve) {
+    const int vl = prctl(kPrSveGetVl, 0, 0, 0, 0);
+    if (vl > 0) f.sve_vector_bits = 8 * (vl & kPrSveVlLenMask);
+  }
+}
+#endif
+
 CpuFeatures detect() {
   CpuFeatures f;
 #if defined(__x86_64__)
@@ -73,6 +99,9 @@ CpuFeatures detect() {
 #if defined(__x86_64__) || defined(__i386__)
   detect_x86(f);
 #endif
+#if defined(__aarch64__) && defined(__linux__)
+  detect_arm(f);
+#endif
   f.logical_cpus = int(std::thread::hardware_concurrency());
   return f;
 }
@@ -81,9 +110,11 @@ CpuFeatures detect() {
 
 std::vector<std::string> CpuFeatures::names() const {
   std::vector<std::string> out;
-  const std::pair<bool, const char*> all[] = {{avx2, "avx2"},         {fma, "fma"},           {f16c, "f16c"},
-                                              {avx512f, "avx512f"},   {avx512bw, "avx512bw"}, {avx512vl, "avx512vl"},
-                                              {avx512dq, "avx512dq"}, {avx512_bf16, "avx512_bf16"}};
+  const std::pair<bool, const char*> all[] = {
+      {avx2, "avx2"},         {fma, "fma"},           {f16c, "f16c"},         {avx512f, "avx512f"},
+      {avx512bw, "avx512bw"}, {avx512vl, "avx512vl"}, {avx512dq, "avx512dq"}, {avx512_bf16, "avx512_bf16"},
+      {asimd, "asimd"},       {fphp, "fphp"},         {bf16, "bf16"},         {i8mm, "i8mm"},
+      {sve, "sve"},           {sve2, "sve2"}};
   for (auto [on, name] : all)
     if (on) out.emplace_back(name);
   return out;

@@ -1,5 +1,6 @@
 // The CPU's identity and instruction-set features, read once (cpuid on
-// x86-64; the compiler's view elsewhere). Used by the kernel dispatch
+// x86-64; the kernel's hardware capabilities, getauxval(AT_HWCAP, AT_HWCAP2),
+// and the SVE vector length, prctl(PR_SVE_GET_VL), on AArch64 Linux). Used by the kernel dispatch
 // (kernels/dispatch.cpp) and `moe info`.
 #pragma once
 
@@ -16,7 +17,11 @@ struct CpuFeatures {
   // x86-64 features the kernels use.
   bool avx2 = false, fma = false, f16c = false;
   bool avx512f = false, avx512bw = false, avx512vl = false, avx512dq = false, avx512_bf16 = false;
-  // The flags above that are set, by name ("avx2", "fma", "avx512f", ...).
+  // AArch64 features (HWCAP names): AdvSIMD, half-precision arithmetic, BFDOT/BFMMLA, the int8
+  // matrix multiply, SVE and SVE2, and the SVE vector length this thread runs with (0: no SVE).
+  bool asimd = false, fphp = false, bf16 = false, i8mm = false, sve = false, sve2 = false;
+  int sve_vector_bits = 0;
+  // The flags above that are set, by name ("avx2", "fma", "avx512f", ..., "asimd", "bf16", ...).
   std::vector<std::string> names() const;
 };
 

@@ -11,11 +11,18 @@
 namespace moe {
 namespace {
 
-constexpr const char* kNames[] = {"reference", "avx2", "avx512", "avx512_bf16"};
+constexpr const char* kNames[] = {"reference", "avx2", "avx512", "avx512_bf16", "neon", "neon_bf16"};
 
 // Whether this build has the x86 kernel tables (src/kernels/x86/, x86-64 only).
 constexpr bool kX86Kernels =
 #if defined(MOE_HAVE_X86_KERNELS)
+    true;
+#else
+    false;
+#endif
+// Whether this build has the Arm kernel tables (src/kernels/arm/, AArch64 only).
+constexpr bool kArmKernels =
+#if defined(MOE_HAVE_ARM_KERNELS)
     true;
 #else
     false;
@@ -32,6 +39,8 @@ bool isa_supported(Isa isa) {
     case Isa::avx2: return kX86Kernels && avx2;
     case Isa::avx512: return kX86Kernels && avx512;
     case Isa::avx512_bf16: return kX86Kernels && avx512 && f.avx512_bf16;
+    case Isa::neon: return kArmKernels && f.asimd;
+    case Isa::neon_bf16: return kArmKernels && f.asimd && f.bf16;
   }
   return false;
 }
@@ -57,7 +66,9 @@ std::string isa_list(const std::vector<Isa>& levels) {
   return s;
 }
 
-std::vector<Isa> isa_all() { return {Isa::reference, Isa::avx2, Isa::avx512, Isa::avx512_bf16}; }
+std::vector<Isa> isa_all() {
+  return {Isa::reference, Isa::avx2, Isa::avx512, Isa::avx512_bf16, Isa::neon, Isa::neon_bf16};
+}
 
 std::vector<Isa> isa_available() {
   std::vector<Isa> out;

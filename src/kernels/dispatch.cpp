@@ -1,5 +1,6 @@
 // The kernel tables by level: the reference table here, the x86 levels'
-// from src/kernels/x86/ (x86-64 builds only).
+// from src/kernels/x86/ (x86-64 builds only), the Arm levels' from
+// src/kernels/arm/ (AArch64 builds only).
 #include "kernels/dispatch.h"
 
 #include "kernels/grouped_gemm.h"
@@ -13,6 +14,12 @@ const kernels::Table& table_avx2();
 const kernels::Table& table_avx512();
 const kernels::Table& table_avx512_bf16();
 }  // namespace x86
+#endif
+#if defined(MOE_HAVE_ARM_KERNELS)
+namespace arm {
+const kernels::Table& table_neon();
+const kernels::Table& table_neon_bf16();
+}  // namespace arm
 #endif
 
 namespace kernels {
@@ -38,9 +45,12 @@ const Table& table(Isa isa) {
     case Isa::avx2: return x86::table_avx2();
     case Isa::avx512: return x86::table_avx512();
     case Isa::avx512_bf16: return x86::table_avx512_bf16();
-#else
-    default: break;
 #endif
+#if defined(MOE_HAVE_ARM_KERNELS)
+    case Isa::neon: return arm::table_neon();
+    case Isa::neon_bf16: return arm::table_neon_bf16();
+#endif
+    default: break;
   }
   MOE_ASSERT(false, "no kernel table for this level in this build");
   return reference_table();

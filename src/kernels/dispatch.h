@@ -1,7 +1,7 @@
 // The one kernel dispatch: a table of kernels per level (include/moe/isa.h),
-// looked up by the active level. Each x86 level's table is built from one
-// source (src/kernels/x86/gemm_impl.h, rows_impl.h and row_loops.h compiled
-// for that level); the reference table holds the reference GEMM twins and the
+// looked up by the active level. Each SIMD level's table (x86 and Arm) is
+// built from one source (src/kernels/simd/gemm_impl.h, rows_impl.h and
+// row_loops.h compiled for that level over its vector traits); the reference table holds the reference GEMM twins and the
 // portable row loops.
 //
 // Row primitives give the same bits at every level (no fma, a fixed order of

@@ -1,5 +1,5 @@
 // The row primitives: the active level's kernels (kernels/dispatch.h). Every
-// level computes the same bits (kernels/row_loops.h, x86/rows_impl.h).
+// level computes the same bits (kernels/row_loops.h, simd/rows_impl.h).
 #include "kernels/row_ops.h"
 
 #include "kernels/dispatch.h"

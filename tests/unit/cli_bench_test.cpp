@@ -91,14 +91,16 @@ TEST(CliBench, BadArgumentsAreErrors) {
   EXPECT_NE(r.out.find("seed-mixtral"), std::string::npos);
 }
 
-// The baseline computes in the dtype the kernel level computes in: bf16 only at avx512_bf16.
+// The baseline computes in the dtype the kernel level computes in: bf16 only at the levels with a
+// bf16 dot product (avx512_bf16, neon_bf16).
 TEST(BenchDenseBaseline, DtypeFollowsTheKernelLevel) {
   for (Isa level : isa_available()) {
     ScopedIsa scoped(level);
     std::string why;
     EXPECT_EQ(dense_compute_dtype(DType::f32, why), DType::f32) << isa_name(level);
     const DType bf16_layer = dense_compute_dtype(DType::bf16, why);
-    EXPECT_EQ(bf16_layer, level == Isa::avx512_bf16 ? DType::bf16 : DType::f32) << isa_name(level);
+    const bool native = level == Isa::avx512_bf16 || level == Isa::neon_bf16;
+    EXPECT_EQ(bf16_layer, native ? DType::bf16 : DType::f32) << isa_name(level);
     EXPECT_NE(why.find(isa_name(level)), std::string::npos) << why;
     DenseRate rate = dense_matmul_rate(32, 16, 24, DType::bf16, 1);
     EXPECT_GT(rate.gflops, 0.0);

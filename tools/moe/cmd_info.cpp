@@ -78,9 +78,15 @@ Json build_json() {
 #else
   const bool x86_kernels = false;
 #endif
+#ifdef MOE_HAVE_ARM_KERNELS
+  const bool arm_kernels = true;
+#else
+  const bool arm_kernels = false;
+#endif
   return {{"compiler", MOE_COMPILER},   {"build_type", MOE_BUILD_TYPE},
           {"cxx_flags", MOE_CXX_FLAGS}, {"x86_kernels", x86_kernels},
-          {"mpi", mpi_json()},          {"onednn", onednn_json()}};
+          {"arm_kernels", arm_kernels}, {"mpi", mpi_json()},
+          {"onednn", onednn_json()}};
 }
 
 Json cpu_json() {
@@ -89,7 +95,8 @@ Json cpu_json() {
           {"vendor", f.vendor},
           {"model", f.model},
           {"logical_cpus", f.logical_cpus},
-          {"features", f.names()}};
+          {"features", f.names()},
+          {"sve_vector_bits", f.sve_vector_bits}};
 }
 
 Json env_json() {
@@ -129,14 +136,18 @@ void print_text(const Json& j) {
   std::printf("moe %s\n", j["version"].get<std::string>().c_str());
   std::printf("build     %s, %s, flags: %s%s\n", b["compiler"].get<std::string>().c_str(),
               b["build_type"].get<std::string>().c_str(), b["cxx_flags"].get<std::string>().c_str(),
-              b["x86_kernels"].get<bool>() ? "" : " (no x86 kernels: reference only)");
+              b["x86_kernels"].get<bool>()   ? " (x86 kernels)"
+              : b["arm_kernels"].get<bool>() ? " (Arm kernels)"
+                                             : " (no SIMD kernels: reference only)");
   std::printf("mpi       %s\n", version_or(b["mpi"], "library", "not compiled in").c_str());
   std::printf("onednn    %s\n",
               version_or(b["onednn"], "version", "not compiled in (dense baseline: grouped GEMM)").c_str());
   std::printf("cpu       %s, %s, %s, %d logical CPUs\n", c["arch"].get<std::string>().c_str(),
               c["vendor"].get<std::string>().c_str(), c["model"].get<std::string>().c_str(),
               c["logical_cpus"].get<int>());
-  std::printf("features  %s\n", joined(c["features"], " ").c_str());
+  const int sve_bits = c["sve_vector_bits"].get<int>();
+  std::printf("features  %s%s\n", joined(c["features"], " ").c_str(),
+              sve_bits ? (" (SVE vector length " + std::to_string(sve_bits) + " bits)").c_str() : "");
   std::printf("kernels   %s (available: %s)\n", j["isa"].get<std::string>().c_str(),
               joined(j["isa_available"], ", ").c_str());
   std::printf("threads   %d (compute pool)\n", j["threads"].get<int>());

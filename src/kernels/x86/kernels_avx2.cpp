@@ -6,18 +6,19 @@
 
 #include "kernels/row_loops.h"
 #include "kernels/x86/simd_avx2.h"
-#include "kernels/x86/gemm_impl.h"
-#include "kernels/x86/rows_impl.h"
+#include "kernels/simd/gemm_impl.h"
+#include "kernels/simd/rows_impl.h"
 
 namespace moe::x86 {
 namespace {
+using namespace simd;
 // f32: 6 x 2 vectors (12 accumulators of the 16 ymm registers). Widened bf16: 5 x 2 (10
 // accumulators + 2 B vectors + the operand and the high-half mask; 6 rows spill accumulators).
 using LevelAvx2 = Level<Avx2, TileShape<F32Step<Avx2>, 6, 2>, TileShape<WidenStep<Avx2>, 5, 2>>;
 }  // namespace
 
 const kernels::Table& table_avx2() {
-  static const kernels::Table t = level_table<LevelAvx2>(Isa::avx2);
+  static const kernels::Table t = simd::level_table<LevelAvx2>(Isa::avx2);
   return t;
 }
 

@@ -6,18 +6,19 @@
 
 #include "kernels/row_loops.h"
 #include "kernels/x86/simd_avx512.h"
-#include "kernels/x86/gemm_impl.h"
-#include "kernels/x86/rows_impl.h"
+#include "kernels/simd/gemm_impl.h"
+#include "kernels/simd/rows_impl.h"
 
 namespace moe::x86 {
 namespace {
+using namespace simd;
 // 12 x 2 vectors: 24 accumulators of the 32 zmm registers (B panel Kc * 128 bytes for f32:
 // 512 KiB at Kc = 4096, fits L2), for f32 and widened bf16 alike.
 using LevelAvx512 = Level<Avx512, TileShape<F32Step<Avx512>, 12, 2>, TileShape<WidenStep<Avx512>, 12, 2>>;
 }  // namespace
 
 const kernels::Table& table_avx512() {
-  static const kernels::Table t = level_table<LevelAvx512>(Isa::avx512);
+  static const kernels::Table t = simd::level_table<LevelAvx512>(Isa::avx512);
   return t;
 }
 

@@ -10,11 +10,12 @@
 
 #include "kernels/row_loops.h"
 #include "kernels/x86/simd_avx512.h"
-#include "kernels/x86/gemm_impl.h"
-#include "kernels/x86/rows_impl.h"
+#include "kernels/simd/gemm_impl.h"
+#include "kernels/simd/rows_impl.h"
 
 namespace moe::x86 {
 namespace {
+using namespace simd;
 
 // A word of A is a bf16 pair (k, k+1); B is packed as interleaved pairs.
 struct DpStep {
@@ -36,7 +37,7 @@ using LevelAvx512Bf16 = Level<Avx512, TileShape<F32Step<Avx512>, 12, 2>, TileSha
 }  // namespace
 
 const kernels::Table& table_avx512_bf16() {
-  static const kernels::Table t = level_table<LevelAvx512Bf16>(Isa::avx512_bf16);
+  static const kernels::Table t = simd::level_table<LevelAvx512Bf16>(Isa::avx512_bf16);
   return t;
 }
 

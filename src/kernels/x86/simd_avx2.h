@@ -1,5 +1,5 @@
 // Vector traits of the AVX2 level: 8 f32 lanes in a ymm register, 16
-// registers. The kernels (gemm_impl.h, rows_impl.h) are written once over
+// registers. The kernels (simd/gemm_impl.h, simd/rows_impl.h) are written once over
 // these traits (simd_avx512.h has the same members). Include only inside the
 // AVX2 target region (target_avx2.h).
 #pragma once
@@ -40,6 +40,7 @@ struct Avx2 {
     _mm256_maskstore_ps(p, lanes_below(n), v);
   }
   static void stream(float* p, F v) { _mm256_stream_ps(p, v); }
+  static void fence() { _mm_sfence(); }  // orders the streamed stores before later stores
   static constexpr int kStreamAlign = 32;
 
   // bf16 rows: widened exactly to f32; rounded to nearest even exactly as moe::to_bf16.

@@ -35,6 +35,7 @@ struct Avx512 {
   static void store(float* p, F v) { _mm512_storeu_ps(p, v); }
   static void store_n(float* p, F v, int64_t n) { _mm512_mask_storeu_ps(p, first(n), v); }
   static void stream(float* p, F v) { _mm512_stream_ps(p, v); }
+  static void fence() { _mm_sfence(); }  // orders the streamed stores before later stores
   static constexpr int kStreamAlign = 64;
 
   static F load_bf16_n(const bf16* p, int64_t n) {

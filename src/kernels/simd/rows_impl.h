@@ -1,4 +1,4 @@
-// Row kernels of every x86 level over the vector traits V: the weighted row
+// Row kernels of every SIMD level (x86 and Arm) over the vector traits V: the weighted row
 // sum of the combine and the permute's backward, and the f32 <-> bf16 row
 // casts. Same bits as the portable loops (kernels/row_loops.h): per element,
 // acc = 0, then acc = acc + w[k] * src[k][d] for k = 0..K-1 (a rounded
@@ -12,7 +12,7 @@
 
 #include "moe/dtype.h"
 
-namespace moe::x86 {
+namespace moe::simd {
 namespace {
 
 template <class V>
@@ -47,7 +47,7 @@ void weighted_sum(const float* w, const S* const* src, int64_t K, O* dst, int64_
       for (int b = 0; b < kB; ++b) acc[b] = V::add(acc[b], V::mul(wk, load_row<V>(s + V::L * b, V::L)));
       if (next) {
         const char* p = reinterpret_cast<const char*>(next[k] + d);
-        for (int64_t off = 0; off < int64_t(64 * sizeof(S)); off += 64) _mm_prefetch(p + off, _MM_HINT_T0);
+        for (int64_t off = 0; off < int64_t(64 * sizeof(S)); off += 64) __builtin_prefetch(p + off, 0, 3);
       }
     }
     for (int b = 0; b < kB; ++b) store_row<V>(dst + d + V::L * b, acc[b], V::L);
@@ -87,4 +87,4 @@ kernels::Table level_table(Isa isa) {
 }
 
 }  // namespace
-}  // namespace moe::x86
+}  // namespace moe::simd

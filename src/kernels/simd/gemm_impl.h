@@ -1,13 +1,13 @@
-// The grouped GEMM of every x86 level, written once over vector traits V
-// (simd_avx2.h, simd_avx512.h) and a reduction step: register tiles, operand
-// packing, tails and the task schedule. Each level's translation unit
-// (kernels_<level>.cpp) includes this inside its target region and
-// instantiates it; everything here has internal linkage, so the three copies
-// never meet at link time.
+// The grouped GEMM of every SIMD level, x86 and Arm, written once over vector
+// traits V (x86/simd_avx2.h, x86/simd_avx512.h, arm/simd_neon.h) and a
+// reduction step: register tiles, operand packing, tails and the task
+// schedule. Each level's translation unit (x86/ or arm/kernels_<level>.cpp)
+// includes this inside its target region and instantiates it; everything here
+// has internal linkage, so the copies never meet at link time.
 //
 // The unit of reduction is a "word" of 32 bits of A: one f32 (F32Step), or a
 // bf16 pair (k, k+1) (WidenStep: widened to two f32 and multiplied with FMA;
-// DpStep: one vdpbf16ps, avx512_bf16 only). Every output element is ONE chain
+// DpStep: one bf16 dot product, vdpbf16ps at avx512_bf16, BFDOT at neon_bf16). Every output element is ONE chain
 // of word steps in increasing word order starting from +0 (WidenStep: k then
 // k+1 inside a word), with the whole reduction length in one chain: no
 // split-K, no blocks that depend on M or the thread count. Its bits depend
@@ -33,7 +33,7 @@
 #include "kernels/grouped_gemm_internal.h"
 #include "moe/thread_pool.h"
 
-namespace moe::x86 {
+namespace moe::simd {
 namespace {
 
 #define MOE_INLINE inline __attribute__((always_inline))
@@ -203,7 +203,7 @@ template <class T>
 void prefetch_rows(const T* src, int64_t ld, int64_t r0, int64_t r1, int64_t c0, int64_t nc) {
   for (int64_t r = r0; r < r1; ++r) {
     const char* p = reinterpret_cast<const char*>(src + r * ld + c0);
-    for (int64_t off = 0; off < nc * int64_t(sizeof(T)); off += 64) _mm_prefetch(p + off, _MM_HINT_T0);
+    for (int64_t off = 0; off < nc * int64_t(sizeof(T)); off += 64) __builtin_prefetch(p + off, 0, 3);
   }
 }
 
@@ -335,7 +335,7 @@ class Prefetcher {
   }
   void advance() {
     for (int64_t n = 0; n < per_call_ && row_ < reg_.rows; ++n) {
-      _mm_prefetch(reinterpret_cast<const char*>(reg_.base + row_ * reg_.stride + col_), _MM_HINT_T1);
+      __builtin_prefetch(reg_.base + row_ * reg_.stride + col_, 0, 2);
       col_ += 64;
       if (col_ >= reg_.bytes) col_ = 0, ++row_;
     }
@@ -545,7 +545,7 @@ struct DrhsGroup {
                                       G + k0 * N + c0, N, std::min<int64_t>(NR, N - c0), nullptr, stream,
                                       accumulate);
     }
-    if (stream) _mm_sfence();  // the streamed gradient rows are visible before the task reports done
+    if (stream) V::fence();  // the streamed gradient rows are visible before the task reports done
   }
 };
 
@@ -573,7 +573,7 @@ void zero_gradient(float* p, int64_t n, bool stream) {
   for (; i < n && (reinterpret_cast<uintptr_t>(p + i) & uintptr_t(V::kStreamAlign - 1)) != 0; ++i) p[i] = 0.0f;
   for (; i + V::L <= n; i += V::L) V::stream(p + i, V::zero());
   for (; i < n; ++i) p[i] = 0.0f;
-  _mm_sfence();
+  V::fence();
 }
 
 // Packed bytes of a group small enough to run as one task (fits L2 with room).
@@ -657,4 +657,4 @@ struct Gemm {
 };
 
 }  // namespace
-}  // namespace moe::x86
+}  // namespace moe::simd
