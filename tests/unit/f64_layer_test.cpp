@@ -12,6 +12,7 @@
 #include <fstream>
 #include <functional>
 #include <random>
+#include <vector>
 
 #include "kernels/grouped_gemm.h"
 #include "moe/config.h"
@@ -279,8 +280,10 @@ TEST(F64Path, TheCommandsRefuseF64) {
   testing::TempDir dir;
   const std::string cfg = dir.file("l.yml");
   std::ofstream(cfg) << "num_experts: 4\nnum_experts_per_tok: 2\nemb_dim: 8\nmoe_mlp_dim: 16\n";
-  for (const std::string& cmd : {"init --config " + cfg + " dtype=f64 --out " + dir.file("w.safetensors"),
-                                 "train dtype=f64 steps=1", "check dtype=f64"}) {
+  const std::vector<std::string> cmds = {
+      "init --config " + cfg + " dtype=f64 --out " + dir.file("w.safetensors"), "train dtype=f64 steps=1",
+      "check dtype=f64"};
+  for (const std::string& cmd : cmds) {
     auto r = testing::run_moe(cmd, dir.path());
     EXPECT_NE(r.exit_code, 0) << cmd;
     EXPECT_NE(r.err.find("dtype=f64 is for the library's layer and moe_engine.torch.MoELayer only"),
