@@ -1,17 +1,20 @@
 // Element types of tensors, and exact conversions between them.
 //
 // bf16 rounding is round-to-nearest-even; NaN stays NaN (quiet), infinities
-// stay infinite. f16 is only read from files (converted to f32 on load).
+// stay infinite. f16 is only read from files (converted to f32 on load). f64
+// is the compute dtype of the reference-only double path (gradcheck, docs/python.md);
+// it comes last so the other values keep their numbers.
 #pragma once
 
 #include <cstdint>
 #include <cstring>
 #include <optional>
 #include <string_view>
+#include <type_traits>
 
 namespace moe {
 
-enum class DType : uint8_t { f32, bf16, f16, i32, i64 };
+enum class DType : uint8_t { f32, bf16, f16, i32, i64, f64 };
 
 // Storage types for the two 16-bit float formats: plain bit containers, so
 // arithmetic on them is a compile error rather than a silent integer op.
@@ -23,10 +26,10 @@ struct f16 {
 };
 
 size_t dtype_size(DType t);
-// Engine spelling used in configs and messages: "f32", "bf16", "f16", "i32", "i64".
+// Engine spelling used in configs and messages: "f32", "bf16", "f16", "i32", "i64", "f64".
 const char* dtype_name(DType t);
 std::optional<DType> dtype_from_name(std::string_view name);
-// safetensors spelling: "F32", "BF16", "F16", "I32", "I64".
+// safetensors spelling: "F32", "BF16", "F16", "I32", "I64", "F64".
 const char* dtype_safetensors_name(DType t);
 std::optional<DType> dtype_from_safetensors_name(std::string_view name);
 bool is_float(DType t);
@@ -80,6 +83,10 @@ template <>
 struct dtype_of<int64_t> {
   static constexpr DType value = DType::i64;
 };
+template <>
+struct dtype_of<double> {
+  static constexpr DType value = DType::f64;
+};
 
 // Load/store helpers so templated kernels read any float type as f32.
 inline float load_f32(float v) { return v; }
@@ -93,6 +100,39 @@ inline float store_as<float>(float v) {
 template <>
 inline bf16 store_as<bf16>(float v) {
   return to_bf16(v);
+}
+
+// The accumulator of a stored element type: f32 for f32 and bf16 (the fast
+// and reference kernels), f64 for f64 (the reference-only double path).
+template <class T>
+struct acc_of {
+  using type = float;
+};
+template <>
+struct acc_of<double> {
+  using type = double;
+};
+template <class T>
+using acc_t = typename acc_of<T>::type;
+
+// load_as<Acc>(v): v widened to the accumulator type (load_f32 for Acc = float).
+template <class Acc, class T>
+inline Acc load_as(T v) {
+  return load_f32(v);
+}
+template <>
+inline double load_as<double, double>(double v) {
+  return v;
+}
+// store_acc<Out>(acc): an accumulator rounded once to the output type (store_as for float).
+template <class Out>
+inline Out store_acc(float v) {
+  return store_as<Out>(v);
+}
+template <class Out>
+inline Out store_acc(double v) {
+  static_assert(std::is_same_v<Out, double>, "an f64 accumulator is stored as f64 only");
+  return v;
 }
 
 }  // namespace moe

@@ -56,7 +56,7 @@ using LayerForwardPtr = std::unique_ptr<LayerForward, LayerForwardDeleter>;
 struct LayerOutputs {
   Tensor y;                        // [T, D] dtype
   Tensor topk_idx;                 // [T, K] i32
-  Tensor topk_weights;             // [T, K] f32
+  Tensor topk_weights;             // [T, K] f32 (f64 when cfg.dtype is f64)
   Tensor group_sizes;              // [E] i32 rows kept per expert
   float load_balance_loss = 0.0f;  // already weighted
   float z_loss = 0.0f;             // already weighted
@@ -64,14 +64,18 @@ struct LayerOutputs {
   // Tokens whose router logits are not all finite, over all ranks (docs/reliability.md): > 0
   // makes both aux losses NaN; their rows still take K slots (scores NaN: experts 0..K-1).
   int64_t nonfinite_tokens = 0;
+  // The two losses before their rounding to f32 (what an f64 layer reports); set by layer_forward.
+  double load_balance_loss_f64 = 0.0, z_loss_f64 = 0.0;
 };
 
 struct LayerGrads {
-  Tensor dx;             // [T, D] f32
-  LayerWeights weights;  // f32, same names and shapes as the weights
+  Tensor dx;             // [T, D] f32 (f64 when cfg.dtype is f64)
+  LayerWeights weights;  // f32 (f64 when cfg.dtype is f64), same names and shapes as the weights
 };
 
 // x: [T, D] any float dtype (cast to cfg.dtype); forced_idx: optional [T, K] i32.
+// cfg.dtype f64 (single process; config rules) runs every step in double on the
+// reference kernels, whatever the kernel level: the gradcheck path (docs/python.md).
 // trace (optional, must outlive the backward): the forward's and the backward's
 // ops are recorded there under the distributed layer's names ("router",
 // "sort", "permute", "ffn", "combine", "combine_backward", "ffn_backward",

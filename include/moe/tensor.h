@@ -71,6 +71,8 @@ class Tensor {
 
   // Element i as f32 (float dtypes) — for tests and small reductions.
   float get_f32(int64_t i) const;
+  // Element i of a float or integer tensor as f64 (exact for every dtype but i64 beyond 2^53).
+  double get_f64(int64_t i) const;
   // Bitwise equality of dtype, shape and bytes.
   bool bit_equal(const Tensor& o) const;
 

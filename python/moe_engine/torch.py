@@ -1,14 +1,20 @@
 """moe_engine.torch: the engine's MoE layer as a torch.nn.Module (docs/python.md).
 
     layer = MoELayer(num_experts=8, num_experts_per_tok=2, emb_dim=64, moe_mlp_dim=128,
-                     dtype=torch.bfloat16, load_balance_loss_weight=0.01)
-    y, aux = layer(x)                 # x [T, D] or [B, S, D]
+                     load_balance_loss_weight=0.01)
+    y, aux = layer(x)                 # x [T, D] or [B, S, D]; y in x's dtype (see "Dtypes" below)
     loss = (y.float() ** 2).mean() + aux["load_balance_loss"] + aux["z_loss"]
     loss.backward()                   # the engine's backward fills x.grad and every .grad
 
 Parameters (f32 master weights, named as the file contract): router [D, E], wi_0 and wi_1
 [E, D, F] (or wi [E, D, 2F] with prefuse_moe_weights, [2, E, D/2, 2F] in the split layout), wo
 [E, F, D]. In a distributed layer (mpirun with parallelism keys) they are this rank's shards.
+
+Dtypes (docs/python.md): the compute dtype of a call is, in order, torch.autocast('cpu')'s dtype
+when autocast is on (not for a float64 layer or input), else the layer's explicit dtype (the
+constructor's `dtype`, or the last .to(dtype) / .float() / .bfloat16() / .double()), else x's
+dtype. y comes out in the compute dtype, x.grad in x's dtype, each parameter's grad in its dtype.
+float64 runs the engine's reference kernels in double on one process (torch.autograd.gradcheck).
 """
 
 import sys as _sys
@@ -29,16 +35,18 @@ _PARAM_NAMES = {
     "experts.wi": "wi",
     "experts.wo": "wo",
 }
-_DTYPES = {_torch.float32: "f32", _torch.bfloat16: "bf16"}
-_X_DTYPES = (_torch.float32, _torch.bfloat16)  # the dtypes of x the engine takes
+_DTYPES = {_torch.float32: "f32", _torch.bfloat16: "bf16", _torch.float64: "f64"}
+_X_DTYPES = (_torch.float32, _torch.bfloat16, _torch.float64)  # the dtypes of x the engine takes
+_ALLOWED = "torch.float32 or torch.bfloat16 (or torch.float64: one process, reference kernels)"
 _KEY_TYPES = _C.config_key_types()
 _KEY_DEFAULTS = _C.config_key_defaults()
 
 
 def _config_value(key, v):
     if isinstance(v, _torch.dtype):
-        if v not in _DTYPES:
-            raise MoeError(f"MoELayer: {key}: expected torch.float32 or torch.bfloat16, got {v}")
+        if v not in _DTYPES or (key == "weight_dtype" and v == _torch.float64):
+            raise MoeError(f"MoELayer: {key}: expected {_ALLOWED if key == 'dtype' else 'torch.float32 or torch.bfloat16'}"
+                           f", got {v}")
         return _DTYPES[v]
     if isinstance(v, bool):
         return "true" if v else "false"
@@ -65,6 +73,15 @@ def _view(t):
     return t.detach().contiguous()
 
 
+def _conversion_target(fn):
+    """The dtype a Module._apply function converts float tensors to, or None when it keeps
+    dtypes (a device move, share_memory): fn applied to an empty float32 and bfloat16 tensor."""
+    a, b = fn(_torch.empty(0, dtype=_torch.float32)), fn(_torch.empty(0, dtype=_torch.bfloat16))
+    if not isinstance(a, _torch.Tensor) or (a.dtype == _torch.float32 and b.dtype == _torch.bfloat16):
+        return None
+    return a.dtype
+
+
 def _check_cpu(t, what):
     if not isinstance(t, _torch.Tensor):
         raise MoeError(f"MoELayer: {what}: expected a torch.Tensor, got {type(t).__name__}")
@@ -85,9 +102,9 @@ def _check_input(x, emb_dim):
     if shape[-1] != emb_dim:
         raise MoeError(f"MoELayer: x: expected the last dim to be emb_dim = {emb_dim}, got shape {shape}")
     if not x.is_floating_point():
-        raise MoeError(f"MoELayer: x: expected a floating-point tensor (torch.float32 or torch.bfloat16), got {x.dtype}")
+        raise MoeError(f"MoELayer: x: expected a floating-point tensor ({_ALLOWED}), got {x.dtype}")
     if x.dtype not in _X_DTYPES:
-        raise MoeError(f"MoELayer: x: dtype {x.dtype} is not supported (expected torch.float32 or torch.bfloat16)")
+        raise MoeError(f"MoELayer: x: dtype {x.dtype} is not supported (expected {_ALLOWED})")
 
 
 # --- Reentrant activation checkpointing ----------------------------------------------------------
@@ -229,32 +246,45 @@ def _aux_cotangents(ctx, dlb, dz):
     return cot_lb, cot_z
 
 
+def _loss_dtype(compute):
+    """The dtype of the two aux losses: float64 for a float64 compute dtype, else float32."""
+    return _torch.float64 if compute == _torch.float64 else _torch.float32
+
+
 class _MoEFunction(_torch.autograd.Function):
     """(y, load_balance_loss, z_loss, group_sizes, topk_idx, topk_weights, dropped, nonfinite_tokens)
-    = f(x, *params); the backward is the engine's (the last five outputs carry no gradient)."""
+    = f(x, *params); the backward is the engine's (the last five outputs carry no gradient).
+    `engine` is the layer's engine for the call's compute dtype."""
 
     @staticmethod
-    def forward(ctx, layer, x, *params):
-        out = layer._engine.forward(layer._param_views(params), _view(x), True)
+    def forward(ctx, layer, engine, compute, x, *params):
+        out = engine.forward(layer._param_views(params), _view(x), True)
         y, lb, z, group_sizes, topk_idx, topk_weights, dropped, nonfinite, state = out
-        ctx.layer = layer
+        ctx.engine = engine
         ctx.state = state
         ctx.aux_box = layer.__dict__.pop("_aux_box", None)  # reentrant checkpoint's recompute
+        # float64 keeps the state for another backward (retain_graph: torch.autograd.gradcheck);
+        # the other dtypes free the activations at the first one.
+        ctx.keep_state = compute == _torch.float64
+        ctx.spec_names = layer._spec_names
         ctx.param_dtypes = [p.dtype for p in params]
         routing = (_from_dlpack(group_sizes), _from_dlpack(topk_idx), _from_dlpack(topk_weights),
                    _torch.tensor(dropped, dtype=_torch.int64), _torch.tensor(nonfinite, dtype=_torch.int64))
         ctx.mark_non_differentiable(*routing)
-        return (_from_dlpack(y), _torch.tensor(lb, dtype=_torch.float32), _torch.tensor(z, dtype=_torch.float32),
-                *routing)
+        ld = _loss_dtype(compute)
+        return (_from_dlpack(y), _torch.tensor(lb, dtype=ld), _torch.tensor(z, dtype=ld), *routing)
 
     @staticmethod
     def backward(ctx, dy, dlb, dz, *_routing):
         if ctx.state is None:
-            raise MoeError("MoELayer: backward ran twice through one forward (retain_graph is not supported)")
-        state, ctx.state = ctx.state, None
-        dx, grads = ctx.layer._engine.backward(state, _view(dy), *_aux_cotangents(ctx, dlb, dz))
-        out = [None, _from_dlpack(dx)]
-        for name, dt in zip(ctx.layer._spec_names, ctx.param_dtypes):
+            raise MoeError("MoELayer: backward ran twice through one forward (retain_graph is supported "
+                           "for float64 only)")
+        state = ctx.state
+        if not ctx.keep_state:
+            ctx.state = None
+        dx, grads = ctx.engine.backward(state, _view(dy), *_aux_cotangents(ctx, dlb, dz))
+        out = [None, None, None, _from_dlpack(dx)]
+        for name, dt in zip(ctx.spec_names, ctx.param_dtypes):
             g = _from_dlpack(grads[name])
             out.append(g if g.dtype == dt else g.to(dt))
         return tuple(out)
@@ -264,7 +294,10 @@ class MoELayer(_torch.nn.Module):
     """The engine's routed MoE layer (SPEC.md section 2) with the engine's forward and backward.
 
     MoELayer(num_experts=E, num_experts_per_tok=K, emb_dim=D, moe_mlp_dim=F,
-             dtype=torch.bfloat16 | torch.float32, **config_keys, distributed=None)
+             dtype=None | torch.float32 | torch.bfloat16 | torch.float64, **config_keys, distributed=None)
+
+    dtype: the compute dtype; None (the default) computes in each input's dtype (see the module
+    docstring for autocast and conversions).
 
     config_keys: any other key of docs/config.md (e.g. prefuse_moe_weights=True,
     load_balance_loss_weight=0.01, expert_parallelism=2, moe_offload_targets="all", seed=3).
@@ -273,17 +306,26 @@ class MoELayer(_torch.nn.Module):
     parallelism key is not 1; False forces the single-process layer on this rank.
     """
 
-    def __init__(self, num_experts, num_experts_per_tok, emb_dim, moe_mlp_dim, dtype=_torch.bfloat16,
+    def __init__(self, num_experts, num_experts_per_tok, emb_dim, moe_mlp_dim, dtype=None,
                  distributed=None, **config):
         super().__init__()
         keys = dict(num_experts=num_experts, num_experts_per_tok=num_experts_per_tok, emb_dim=emb_dim,
-                    moe_mlp_dim=moe_mlp_dim, dtype=dtype, **config)
+                    moe_mlp_dim=moe_mlp_dim, **config)
+        if dtype is not None:
+            keys["dtype"] = dtype
         overrides = [f"{k}={_config_value(k, v)}" for k, v in keys.items()]
         _sync_threads()  # init_params runs on the pool: size it as the calls will
         self._engine = _C.EngineLayer(overrides, distributed)
         # What a copy or an unpickled layer rebuilds its own engine from (__setstate__).
         self._engine_args = {"overrides": overrides, "distributed": self._engine.distributed}
+        # One engine per compute dtype, made on first use (the same keys with that dtype).
+        self._overrides = [o for o in overrides if not o.startswith("dtype=")]
+        self._distributed_arg = distributed
+        self._dtype = dtype  # the explicit compute dtype, or None: each input's dtype
         self.config = {k: _typed(k, v) for k, v, _src in self._engine.config_table()}
+        built = {name: dt for dt, name in _DTYPES.items()}[self.config["dtype"]]
+        self._engines = {built: self._engine}  # the engine of the config's dtype (default bf16)
+        self.config["dtype"] = _DTYPES[dtype] if dtype is not None else None
         self._spec_names = [n for n, _shape in self._engine.param_shapes()]
         init = self._engine.init_params()
         for name in self._spec_names:  # file order: router, wi_0, wi_1 (or wi), wo
@@ -293,6 +335,47 @@ class MoELayer(_torch.nn.Module):
     def distributed(self):
         """True when this layer runs over the MPI ranks (its parameters are this rank's shards)."""
         return self._engine.distributed
+
+    @property
+    def compute_dtype(self):
+        """The explicit compute dtype (constructor or last conversion), or None: each input's dtype."""
+        return self._dtype
+
+    def _apply(self, fn, *args, **kwargs):
+        # .to(dtype), .float(), .bfloat16(), .double(), .half(): convert the parameters and make the
+        # target the compute dtype, or raise here (before any parameter changes) for a dtype the
+        # engine cannot compute in.
+        target = _conversion_target(fn)
+        if target is not None and target not in _DTYPES:
+            raise TypeError(f"MoELayer: cannot convert to {target}: the engine computes in torch.float32, "
+                            f"torch.bfloat16 or torch.float64")
+        if target == _torch.float64 and self.distributed:
+            raise TypeError("MoELayer: cannot convert a distributed layer to torch.float64 (float64 runs on "
+                            "one process only)")
+        out = super()._apply(fn, *args, **kwargs)
+        if target is not None:
+            self._engine_for(target)  # a config error (e.g. float64 with parallelism keys) raises here
+            self._dtype = target
+            self.config["dtype"] = _DTYPES[target]
+        return out
+
+    def _engine_for(self, dtype):
+        if dtype not in self._engines:
+            self._engines[dtype] = _C.EngineLayer(self._overrides + [f"dtype={_DTYPES[dtype]}"],
+                                                  self._distributed_arg)
+        return self._engines[dtype]
+
+    def _compute_dtype(self, x):
+        """The compute dtype of a call on x (the rule of the module docstring)."""
+        dtype = self._dtype if self._dtype is not None else x.dtype
+        if dtype not in _DTYPES:
+            raise MoeError(f"MoELayer: x: expected float32, bfloat16 or float64, got {x.dtype}")
+        if dtype != _torch.float64 and x.dtype != _torch.float64 and _torch.is_autocast_cpu_enabled():
+            dtype = _torch.get_autocast_cpu_dtype()
+            if dtype not in (_torch.float32, _torch.bfloat16):
+                raise MoeError(f"MoELayer: torch.autocast('cpu', dtype={dtype}): expected torch.bfloat16 or "
+                               f"torch.float32")
+        return dtype
 
     def extra_repr(self):
         """The four layer keys, dtype, every other key whose value is not its default, and
@@ -316,6 +399,7 @@ class MoELayer(_torch.nn.Module):
     def __getstate__(self):
         state = dict(self.__dict__)
         state.pop("_engine", None)
+        state.pop("_engines", None)  # one per compute dtype: rebuilt on first use
         state.pop("_aux_box", None)
         if self._engine.distributed:  # its parameters are this rank's shards of this world
             args = dict(state["_engine_args"])
@@ -337,7 +421,10 @@ class MoELayer(_torch.nn.Module):
         _sync_threads()
         self._engine = _C.EngineLayer(args["overrides"], args["distributed"])  # collective when distributed
         config = {k: _typed(k, v) for k, v, _src in self._engine.config_table()}
-        changed = sorted(k for k in set(config) | set(self.config) if config.get(k) != self.config.get(k))
+        self._engines = {{name: dt for dt, name in _DTYPES.items()}[config["dtype"]]: self._engine}
+        # self.config["dtype"] is the explicit compute dtype (or None), not the built engine's.
+        changed = sorted(k for k in set(config) | set(self.config)
+                         if k != "dtype" and config.get(k) != self.config.get(k))
         if changed:
             k = changed[0]
             raise MoeError(f"MoELayer: the rebuilt engine resolves '{k}' to {config.get(k)!r}, the pickled layer "
@@ -354,31 +441,36 @@ class MoELayer(_torch.nn.Module):
         return views
 
     def forward(self, x):
-        """y, aux = layer(x): x [T, D] or [B, S, D] (float32 or bfloat16, CPU); y has x's shape and
-        the layer's dtype. aux: load_balance_loss and z_loss (0-d float32, differentiable, already
-        weighted), group_sizes [E] int32 (rows kept per expert, all ranks summed), topk_idx [T, K]
-        int32, topk_weights [T, K] float32, dropped (slots dropped by capacity on this rank) and
+        """y, aux = layer(x): x [T, D] or [B, S, D] (float32, bfloat16 or float64, CPU); y has x's
+        shape and the compute dtype (the module docstring's rule). aux: load_balance_loss and z_loss
+        (0-d float32, float64 for float64 compute; differentiable, already weighted), group_sizes [E]
+        int32 (rows kept per expert, all ranks summed), topk_idx [T, K] int32, topk_weights [T, K]
+        float32 (float64 for float64 compute), dropped (slots dropped by capacity on this rank) and
         nonfinite_tokens (tokens whose router logits are not all finite, all ranks: > 0 makes both
         aux losses NaN; docs/reliability.md). T = 0 (an empty batch) gives an empty y and zero aux
         losses."""
         _check_input(x, self.config["emb_dim"])
         _sync_threads()
+        compute = self._compute_dtype(x)
+        engine = self._engine_for(compute)
         shape = x.shape
         x2 = x.reshape(-1, shape[-1]) if x.dim() == 3 else x
         params = self._params()
         if _torch.is_grad_enabled() and (x.requires_grad or any(p.requires_grad for p in params)):
             self._aux_box = _box_for_recompute()  # taken by _MoEFunction.forward
             try:
-                y, lb, z, gs, topk_idx, topk_weights, dropped, nonfinite = _MoEFunction.apply(self, x2, *params)
+                y, lb, z, gs, topk_idx, topk_weights, dropped, nonfinite = _MoEFunction.apply(
+                    self, engine, compute, x2, *params)
             finally:
                 self.__dict__.pop("_aux_box", None)
             dropped, nonfinite = int(dropped), int(nonfinite)
         else:  # no graph: the engine keeps no activations
-            out = self._engine.forward(self._param_views(params), _view(x2), False)
+            out = engine.forward(self._param_views(params), _view(x2), False)
             y, lb, z, gs, topk_idx, topk_weights, dropped, nonfinite, _ = out
             y, gs = _from_dlpack(y), _from_dlpack(gs)
             topk_idx, topk_weights = _from_dlpack(topk_idx), _from_dlpack(topk_weights)
-            lb, z = _torch.tensor(lb, dtype=_torch.float32), _torch.tensor(z, dtype=_torch.float32)
+            ld = _loss_dtype(compute)
+            lb, z = _torch.tensor(lb, dtype=ld), _torch.tensor(z, dtype=ld)
             lb, z = _carry_aux(lb, z)
         if x.dim() == 3:
             y = y.reshape(shape[0], shape[1], shape[2])

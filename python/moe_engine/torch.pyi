@@ -6,8 +6,8 @@ import torch
 
 __all__ = ["MoELayer"]
 
-# aux: load_balance_loss, z_loss (0-d float32 tensors), group_sizes, topk_idx, topk_weights
-# (tensors) and dropped (int).
+# aux: load_balance_loss, z_loss (0-d float32 tensors, float64 for float64 compute), group_sizes,
+# topk_idx, topk_weights (tensors), dropped and nonfinite_tokens (ints).
 _Aux = Dict[str, Union[torch.Tensor, int]]
 
 class MoELayer(torch.nn.Module):
@@ -25,12 +25,14 @@ class MoELayer(torch.nn.Module):
         num_experts_per_tok: int,
         emb_dim: int,
         moe_mlp_dim: int,
-        dtype: torch.dtype = ...,
+        dtype: Optional[torch.dtype] = ...,
         distributed: Optional[bool] = ...,
         **config: Any,
     ) -> None: ...
     @property
     def distributed(self) -> bool: ...
+    @property
+    def compute_dtype(self) -> Optional[torch.dtype]: ...
     def extra_repr(self) -> str: ...
     def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, _Aux]: ...
     def __call__(self, x: torch.Tensor) -> Tuple[torch.Tensor, _Aux]: ...

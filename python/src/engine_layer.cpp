@@ -84,8 +84,9 @@ LayerWeights EngineLayer::weights_of(const std::map<std::string, Tensor>& params
     const Tensor& t = it->second;
     if (t.shape() != shape)
       fail("MoELayer: parameter '", name, "': expected shape ", shape_str(shape), ", got ", shape_str(t.shape()));
-    if (t.dtype() != DType::f32 && t.dtype() != DType::bf16)
-      fail("MoELayer: parameter '", name, "': expected float32 or bfloat16, got ", dtype_name(t.dtype()));
+    if (t.dtype() != DType::f32 && t.dtype() != DType::bf16 && t.dtype() != DType::f64)
+      fail("MoELayer: parameter '", name, "': expected float32, bfloat16 or float64, got ",
+           dtype_name(t.dtype()));
     slot = t;
   });
   return w;
@@ -124,7 +125,8 @@ ForwardResult EngineLayer::forward(const std::map<std::string, Tensor>& params, 
   if (x.ndim() != 2 || x.dim(1) != cfg_.emb_dim)
     fail("MoELayer: x: expected shape [T, ", cfg_.emb_dim, "] (emb_dim = ", cfg_.emb_dim, "), got ",
          shape_str(x.shape()));
-  if (!is_float(x.dtype())) fail("MoELayer: x: expected float32 or bfloat16, got ", dtype_name(x.dtype()));
+  if (!is_float(x.dtype()))
+    fail("MoELayer: x: expected float32, bfloat16 or float64, got ", dtype_name(x.dtype()));
   LayerOutputs o;
   ForwardResult r;
   collectively([&] {
@@ -139,8 +141,9 @@ ForwardResult EngineLayer::forward(const std::map<std::string, Tensor>& params, 
   r.y = o.y;
   r.topk_idx = o.topk_idx;
   r.topk_weights = o.topk_weights;
-  r.load_balance_loss = o.load_balance_loss;
-  r.z_loss = o.z_loss;
+  const bool f64 = cfg_.dtype == DType::f64;  // single-process only (config rules)
+  r.load_balance_loss = f64 ? o.load_balance_loss_f64 : double(o.load_balance_loss);
+  r.z_loss = f64 ? o.z_loss_f64 : double(o.z_loss);
   r.dropped = o.dropped;
   r.nonfinite_tokens = o.nonfinite_tokens;
   if (keep_state) r.state = std::move(st);

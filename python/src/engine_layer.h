@@ -34,7 +34,8 @@ struct ForwardState {
 
 struct ForwardResult {
   Tensor y, topk_idx, topk_weights, group_sizes;
-  float load_balance_loss = 0.0f, z_loss = 0.0f;
+  // f32 values (exact in a double), or the f64 values of an f64 layer.
+  double load_balance_loss = 0.0, z_loss = 0.0;
   int64_t dropped = 0;
   int64_t nonfinite_tokens = 0;         // all ranks (LayerOutputs::nonfinite_tokens)
   std::shared_ptr<ForwardState> state;  // null unless keep_state
@@ -60,7 +61,7 @@ class EngineLayer {
 
   // x: [T, D] this rank's tokens; params: this rank's parameters by SPEC name.
   ForwardResult forward(const std::map<std::string, Tensor>& params, const Tensor& x, bool keep_state) const;
-  // dx (x's dtype) and f32 parameter gradients by SPEC name.
+  // dx (x's dtype) and f32 parameter gradients by SPEC name (f64 for an f64 layer).
   std::pair<Tensor, std::map<std::string, Tensor>> backward(const ForwardState& st, const Tensor& dy,
                                                             const AuxCotangents& aux) const;
 

@@ -27,8 +27,10 @@ DType dtype_of(const DLDataType& t, const std::string& what) {
     if (t.code == kDLFloat && t.bits == 32) return DType::f32;
     if (t.code == kDLBfloat && t.bits == 16) return DType::bf16;
     if (t.code == kDLInt && t.bits == 32) return DType::i32;
+    if (t.code == kDLFloat && t.bits == 64) return DType::f64;
   }
-  fail(what, ": dtype ", dl_dtype_name(t), " is not supported (expected float32, bfloat16 or int32)");
+  fail(what, ": dtype ", dl_dtype_name(t),
+       " is not supported (expected float32, bfloat16, float64 or int32)");
 }
 
 DLDataType dl_dtype_of(DType t) {
@@ -38,6 +40,7 @@ DLDataType dl_dtype_of(DType t) {
     case DType::f16: return {kDLFloat, 16, 1};
     case DType::i32: return {kDLInt, 32, 1};
     case DType::i64: return {kDLInt, 64, 1};
+    case DType::f64: return {kDLFloat, 64, 1};
   }
   MOE_ASSERT(false, "dl_dtype_of: unknown dtype");
   return {};

@@ -11,7 +11,7 @@ namespace moe::python {
 
 // A view of `obj`'s memory: obj has __dlpack__ (torch.Tensor, numpy.ndarray) or is a "dltensor"
 // capsule. REQUIRES (else moe::Error naming `what`): CPU memory, row-major contiguous (strides of
-// size-1 dimensions are ignored), dtype float32, bfloat16 or int32. The producer's memory stays
+// size-1 dimensions are ignored), dtype float32, bfloat16, float64 or int32. The producer's memory stays
 // alive as long as the returned tensor (or any copy of it). Memory not aligned to its element
 // size is the one case that is copied. GIL: held by the caller.
 Tensor from_dlpack(pybind11::handle obj, const std::string& what);

@@ -56,9 +56,12 @@ py::tuple backward(const EngineLayer& l, std::shared_ptr<ForwardState>& st, cons
   {
     py::gil_scoped_release nogil;
     g = l.backward(*st, dyt, AuxCotangents{cot_lb, cot_z});
-    // The activations go now, not when Python drops the state object.
-    st->local.reset();
-    st->dist.reset();
+    // The activations go now, not when Python drops the state object; an f64 layer keeps them for
+    // another backward through the same forward (retain_graph: torch.autograd.gradcheck).
+    if (l.config().dtype != DType::f64) {
+      st->local.reset();
+      st->dist.reset();
+    }
   }
   return py::make_tuple(to_dlpack(g.first), dict_out(g.second));
 }

@@ -89,6 +89,17 @@ void check_parallelism(Problems& out, const Config& c) {
     add(out, "ragged_buffer_factor must be -1 or > 0", got(c, "ragged_buffer_factor"));
 }
 
+// dtype=f64 (the reference-only double path, docs/config.md) runs on one process only.
+void check_f64(Problems& out, const Config& c) {
+  if (c.dtype != DType::f64) return;
+  const std::array<std::pair<const char*, int64_t>, 3> axes{{{"data_parallelism", c.data_parallelism},
+                                                             {"fsdp_parallelism", c.fsdp_parallelism},
+                                                             {"expert_parallelism", c.expert_parallelism}}};
+  for (const auto& [key, v] : axes)
+    if (v != 1)
+      add(out, "dtype=f64 runs on one process only (reference kernels): ", key, " must be 1", got(c, key));
+}
+
 // The offload items of `spec`: split on commas, spaces trimmed, empty items dropped.
 std::vector<std::string> offload_items(const std::string& spec) {
   std::vector<std::string> items;
@@ -195,6 +206,7 @@ std::vector<std::string> config_problems(const Config& c) {
   Problems out;
   check_layer(out, c);
   check_parallelism(out, c);
+  check_f64(out, c);
   check_offload(out, c);
   check_train(out, c);
   check_resources(out, c);

@@ -14,7 +14,7 @@ struct DTypeInfo {
 };
 constexpr DTypeInfo kInfo[] = {
     {DType::f32, 4, "f32", "F32"}, {DType::bf16, 2, "bf16", "BF16"}, {DType::f16, 2, "f16", "F16"},
-    {DType::i32, 4, "i32", "I32"}, {DType::i64, 8, "i64", "I64"},
+    {DType::i32, 4, "i32", "I32"}, {DType::i64, 8, "i64", "I64"}, {DType::f64, 8, "f64", "F64"},
 };
 const DTypeInfo& info(DType t) { return kInfo[size_t(t)]; }
 }  // namespace
@@ -22,7 +22,7 @@ const DTypeInfo& info(DType t) { return kInfo[size_t(t)]; }
 size_t dtype_size(DType t) { return info(t).size; }
 const char* dtype_name(DType t) { return info(t).name; }
 const char* dtype_safetensors_name(DType t) { return info(t).st_name; }
-bool is_float(DType t) { return t == DType::f32 || t == DType::bf16 || t == DType::f16; }
+bool is_float(DType t) { return t == DType::f32 || t == DType::bf16 || t == DType::f16 || t == DType::f64; }
 
 std::optional<DType> dtype_from_name(std::string_view name) {
   for (const auto& i : kInfo)
@@ -31,7 +31,7 @@ std::optional<DType> dtype_from_name(std::string_view name) {
 }
 std::optional<DType> dtype_from_safetensors_name(std::string_view name) {
   for (const auto& i : kInfo)
-    if (name == i.st_name) return i.t;
+    if (name == i.st_name && i.t != DType::f64) return i.t;  // f64 is a compute dtype only, never in files
   return std::nullopt;
 }
 

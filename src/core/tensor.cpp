@@ -118,8 +118,18 @@ float Tensor::get_f32(int64_t i) const {
     case DType::f16: return to_f32(data<f16>()[i]);
     case DType::i32: return float(data<int32_t>()[i]);
     case DType::i64: return float(data<int64_t>()[i]);
+    case DType::f64: return float(data<double>()[i]);
   }
   return 0;
+}
+
+double Tensor::get_f64(int64_t i) const {
+  MOE_ASSERT(i >= 0 && i < numel_, "Tensor::get_f64 index out of range");
+  switch (dtype_) {
+    case DType::f64: return data<double>()[i];
+    case DType::i64: return double(data<int64_t>()[i]);
+    default: return double(get_f32(i));
+  }
 }
 
 namespace {
@@ -151,6 +161,11 @@ Tensor Tensor::to(DType dtype) const {
   if (convert_fast(*this, out)) return out;
   const int64_t n = numel_;
   if (is_float(dtype_) && is_float(dtype)) {
+    // f64 on either side: exact widening to f64, or f64 rounded to f32 first (as torch does).
+    if (dtype == DType::f64) {
+      for (int64_t i = 0; i < n; ++i) out.data<double>()[i] = get_f64(i);
+      return out;
+    }
     for (int64_t i = 0; i < n; ++i) {
       float v = get_f32(i);
       switch (dtype) {

@@ -72,10 +72,44 @@ void backward_typed(Activation act, const RowView& h0, const RowView& h1, const 
   });
 }
 
+// f64 rows (the reference-only double path): the f64 twins of activation.h, element by element.
+void forward_f64(Activation act, const RowView& h0, const RowView& h1, int64_t rows, int64_t F, Tensor& a) {
+  double* A = a.data<double>();
+  parallel_for(rows, 32, [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      const double* g = at<double>(h0, r);
+      const double* u = at<double>(h1, r);
+      for (int64_t i = 0; i < F; ++i)
+        A[r * F + i] = (act == Activation::silu ? silu(g[i]) : gelu(g[i])) * u[i];
+    }
+  });
+}
+
+void backward_f64(Activation act, const RowView& h0, const RowView& h1, const Tensor& da, int64_t rows,
+                  int64_t F, const RowView& dh0, const RowView& dh1) {
+  const double* DA = da.data<double>();
+  parallel_for(rows, 32, [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      const double* g = at<double>(h0, r);
+      const double* u = at<double>(h1, r);
+      double* dg = at<double>(dh0, r);
+      double* du = at<double>(dh1, r);
+      for (int64_t i = 0; i < F; ++i) {
+        const ActValueGrad64 v = act == Activation::silu ? silu_value_grad(g[i]) : gelu_value_grad(g[i]);
+        const double d = DA[r * F + i];
+        dg[i] = d * u[i] * v.grad;
+        du[i] = d * v.value;
+      }
+    }
+  });
+}
+
 }  // namespace
 
 void gated_act_forward(Activation act, const RowView& h0, const RowView& h1, int64_t rows, int64_t F, Tensor& a) {
-  if (a.dtype() == DType::bf16)
+  if (a.dtype() == DType::f64)
+    forward_f64(act, h0, h1, rows, F, a);
+  else if (a.dtype() == DType::bf16)
     forward_typed<bf16>(act, h0, h1, rows, F, a);
   else
     forward_typed<float>(act, h0, h1, rows, F, a);
@@ -83,7 +117,9 @@ void gated_act_forward(Activation act, const RowView& h0, const RowView& h1, int
 
 void gated_act_backward(Activation act, const RowView& h0, const RowView& h1, const Tensor& da, int64_t rows,
                         int64_t F, const RowView& dh0, const RowView& dh1) {
-  if (da.dtype() == DType::bf16)
+  if (da.dtype() == DType::f64)
+    backward_f64(act, h0, h1, da, rows, F, dh0, dh1);
+  else if (da.dtype() == DType::bf16)
     backward_typed<bf16>(act, h0, h1, da, rows, F, dh0, dh1);
   else
     backward_typed<float>(act, h0, h1, da, rows, F, dh0, dh1);

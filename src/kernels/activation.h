@@ -61,6 +61,25 @@ inline ActValueGrad gelu_value_grad(float x) {
           0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * kGeluC * (1.0f + 3.0f * 0.044715f * x * x)};
 }
 
+// The f64 twins (the reference-only double path): exact std::exp / std::tanh
+// and f64 constants, the formulas of the f32 functions above.
+struct ActValueGrad64 {
+  double value, grad;
+};
+inline double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
+inline double silu(double x) { return x * sigmoid(x); }
+inline ActValueGrad64 silu_value_grad(double x) {
+  double s = sigmoid(x);
+  return {x * s, s * (1.0 + x * (1.0 - s))};
+}
+constexpr double kGeluC64 = 0.7978845608028654;
+inline double gelu(double x) { return 0.5 * x * (1.0 + std::tanh(kGeluC64 * (x + 0.044715 * x * x * x))); }
+inline ActValueGrad64 gelu_value_grad(double x) {
+  double th = std::tanh(kGeluC64 * (x + 0.044715 * x * x * x));
+  return {0.5 * x * (1.0 + th),
+          0.5 * (1.0 + th) + 0.5 * x * (1.0 - th * th) * kGeluC64 * (1.0 + 3.0 * 0.044715 * x * x)};
+}
+
 // A strided [rows, F] view into a tensor's storage: element (r, f) at base[r * ld + f].
 struct RowView {
   Tensor t;
@@ -68,7 +87,7 @@ struct RowView {
   int64_t ld = 0;    // row stride (elements)
 };
 
-// a [rows, F] = act(h0) * h1 for rows [0, rows). h0, h1, a: same dtype.
+// a [rows, F] = act(h0) * h1 for rows [0, rows). h0, h1, a: same dtype (f64: the f64 twins, in f64).
 void gated_act_forward(Activation act, const RowView& h0, const RowView& h1, int64_t rows, int64_t F, Tensor& a);
 
 // dh0 = da * h1 * act'(h0), dh1 = da * act(h0), rounded to the dtype.

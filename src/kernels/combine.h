@@ -9,7 +9,9 @@ namespace moe::reference {
 
 // y [T, D] = sum_k w[t, k] * ys[inv[t*K+k]] summed in slot order k = 0..K-1, in
 // f32 (f32_sum) or rounding to y's dtype after every add; cast to y's dtype.
-// Unsorts ys into a [R, D] copy first. ys, y: dtype; w: [T, K] f32.
+// Unsorts ys into a [R, D] copy first. ys, y: dtype; w: [T, K] f32 (f64 with f64
+// rows: the reference-only double path, sums in f64; the dispatcher below always
+// takes the reference for f64).
 void combine(const Tensor& ys, const Tensor& w, const Routing& rt, bool f32_sum, Tensor& y);
 
 // dys [R, D] (dtype) = w[t, k] * dy[t] at row inv[t*K+k]; dw [T, K] f32 = <dy[t], ys[inv[t*K+k]]>.

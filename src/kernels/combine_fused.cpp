@@ -79,7 +79,7 @@ void combine_backward(const Tensor& dy, const Tensor& ys, const Tensor& w, const
 
 void combine(KernelChoice k, const Tensor& ys, const Tensor& w, const Routing& rt, bool f32_sum, Tensor& y) {
   if (k == KernelChoice::fused && fused::combine_supported(ys.dtype(), rt)) return fused::combine(ys, w, rt, f32_sum, y);
-  if (k == KernelChoice::fused) log_fallback_once("combine");
+  if (k == KernelChoice::fused && ys.dtype() != DType::f64) log_fallback_once("combine");
   reference::combine(ys, w, rt, f32_sum, y);
 }
 
@@ -87,7 +87,7 @@ void combine_backward(KernelChoice k, const Tensor& dy, const Tensor& ys, const 
                       Tensor& dys, Tensor& dw) {
   if (k == KernelChoice::fused && fused::combine_supported(ys.dtype(), rt))
     return fused::combine_backward(dy, ys, w, rt, dys, dw);
-  if (k == KernelChoice::fused) log_fallback_once("combine");
+  if (k == KernelChoice::fused && ys.dtype() != DType::f64) log_fallback_once("combine");
   reference::combine_backward(dy, ys, w, rt, dys, dw);
 }
 

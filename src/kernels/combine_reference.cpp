@@ -27,7 +27,7 @@ void combine_typed(const Tensor& ys, const Tensor& w, const Routing& rt, bool f3
   const int64_t K = rt.top_k, D = ys.dim(1);
   Tensor yu = unsort(ys, rt);
   const T* U = yu.data<T>();
-  const float* W = w.data<float>();
+  const acc_t<T>* W = w.data<acc_t<T>>();
   T* Y = y.data<T>();
   parallel_for(rt.tokens, 16, [&](int64_t b, int64_t e) {
     std::vector<const T*> src(static_cast<size_t>(K));
@@ -36,7 +36,7 @@ void combine_typed(const Tensor& ys, const Tensor& w, const Routing& rt, bool f3
         for (int64_t k = 0; k < K; ++k) src[size_t(k)] = U + (t * K + k) * D;
         rows::weighted_sum(W + t * K, src.data(), K, Y + t * D, D);
       } else {
-        std::fill(Y + t * D, Y + (t + 1) * D, store_as<T>(0.0f));
+        std::fill(Y + t * D, Y + (t + 1) * D, store_acc<T>(acc_t<T>(0)));
         for (int64_t k = 0; k < K; ++k) rows::axpy_rounded(W[t * K + k], U + (t * K + k) * D, Y + t * D, D);
       }
     }
@@ -50,8 +50,8 @@ void combine_backward_typed(const Tensor& dy, const Tensor& ys, const Tensor& w,
   Tensor yu = unsort(ys, rt);
   const T* U = yu.data<T>();
   const T* DY = dy.data<T>();
-  const float* W = w.data<float>();
-  float* DW = dw.data<float>();
+  const acc_t<T>* W = w.data<acc_t<T>>();
+  acc_t<T>* DW = dw.data<acc_t<T>>();
   // dyu [R, D] = w * dy (token order), then gathered into sorted order.
   Tensor dyu = Tensor::empty(dy.dtype(), {R, D});
   T* DU = dyu.data<T>();
@@ -74,7 +74,9 @@ void combine_backward_typed(const Tensor& dy, const Tensor& ys, const Tensor& w,
 // y [T, D] = sum_k w[t,k] * ys[inv[t*K+k]]
 void combine(const Tensor& ys, const Tensor& w, const Routing& rt, bool f32_sum, Tensor& y) {
   expect_shape(y, {rt.tokens, ys.dim(1)}, "[combine] y");
-  if (ys.dtype() == DType::bf16)
+  if (ys.dtype() == DType::f64)
+    combine_typed<double>(ys, w, rt, f32_sum, y);
+  else if (ys.dtype() == DType::bf16)
     combine_typed<bf16>(ys, w, rt, f32_sum, y);
   else
     combine_typed<float>(ys, w, rt, f32_sum, y);
@@ -85,7 +87,9 @@ void combine_backward(const Tensor& dy, const Tensor& ys, const Tensor& w, const
                       Tensor& dw) {
   expect_shape(dys, ys.shape(), "[combine_backward] dys");
   expect_shape(dw, {rt.tokens, rt.top_k}, "[combine_backward] dw");
-  if (ys.dtype() == DType::bf16)
+  if (ys.dtype() == DType::f64)
+    combine_backward_typed<double>(dy, ys, w, rt, dys, dw);
+  else if (ys.dtype() == DType::bf16)
     combine_backward_typed<bf16>(dy, ys, w, rt, dys, dw);
   else
     combine_backward_typed<float>(dy, ys, w, rt, dys, dw);

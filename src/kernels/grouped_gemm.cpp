@@ -17,12 +17,16 @@ void check_groups(const char* op, const GroupLayout& groups, int64_t goff, const
 }
 
 void check_float_pair(const char* op, const Tensor& a, const Tensor& b) {
-  if (a.dtype() != b.dtype() || (a.dtype() != DType::f32 && a.dtype() != DType::bf16))
-    fail("[", op, "] inputs must both be f32 or both bf16, got ", dtype_name(a.dtype()), " and ",
+  if (a.dtype() != b.dtype() ||
+      (a.dtype() != DType::f32 && a.dtype() != DType::bf16 && a.dtype() != DType::f64))
+    fail("[", op, "] inputs must both be f32, both bf16 or both f64, got ", dtype_name(a.dtype()), " and ",
          dtype_name(b.dtype()));
 }
 
+// f64 inputs give f64 outputs only (the accumulator type).
 void check_out_dtype(const char* op, const Tensor& in, const Tensor& out) {
+  if (in.dtype() == DType::f64 && out.dtype() != DType::f64)
+    fail("[", op, "] output dtype must be f64 for f64 inputs, got ", dtype_name(out.dtype()));
   if (out.dtype() != DType::f32 && out.dtype() != in.dtype())
     fail("[", op, "] output dtype must be f32 or the input dtype, got ", dtype_name(out.dtype()));
 }
@@ -58,23 +62,28 @@ void check_gmm_drhs(const Tensor& lhs, const Tensor& dout, const GroupLayout& gr
          shape_str(dout.shape()), ", ", shape_str(drhs.shape()));
   check_groups("gmm_drhs", groups, goff, drhs, lhs.dim(0));
   expect_shape(drhs, {drhs.dim(0), lhs.dim(1), dout.dim(1)}, "[gmm_drhs] drhs");
-  if (drhs.dtype() != DType::f32) fail("[gmm_drhs] drhs must be f32");
+  const DType acc = lhs.dtype() == DType::f64 ? DType::f64 : DType::f32;
+  if (drhs.dtype() != acc)
+    fail("[gmm_drhs] drhs must be ", dtype_name(acc), " for ", dtype_name(lhs.dtype()), " inputs");
 }
 
 }  // namespace detail
 
 void gmm(const Tensor& lhs, const Tensor& rhs, const GroupLayout& g, int64_t o, Tensor& out) {
   detail::check_gmm(lhs, rhs, g, o, out);
+  if (lhs.dtype() == DType::f64) return reference::gmm(lhs, rhs, g, o, out);  // f64: reference level only
   kernels::table().gmm(lhs, rhs, g, o, out);
 }
 
 void gmm_dlhs(const Tensor& dout, const Tensor& rhs, const GroupLayout& g, int64_t o, Tensor& dlhs) {
   detail::check_gmm_dlhs(dout, rhs, g, o, dlhs);
+  if (dout.dtype() == DType::f64) return reference::gmm_dlhs(dout, rhs, g, o, dlhs);
   kernels::table().gmm_dlhs(dout, rhs, g, o, dlhs);
 }
 
 void gmm_drhs(const Tensor& lhs, const Tensor& dout, const GroupLayout& g, int64_t o, Tensor& drhs) {
   detail::check_gmm_drhs(lhs, dout, g, o, drhs);
+  if (lhs.dtype() == DType::f64) return reference::gmm_drhs(lhs, dout, g, o, drhs);
   kernels::table().gmm_drhs(lhs, dout, g, o, drhs);
 }
 

@@ -8,7 +8,9 @@
 //
 // Contract shared by every implementation (reference twin and fast ones):
 //  - accumulation is f32; inputs are f32 or bf16 (lhs and rhs the same type);
-//    outputs are rounded (RNE) to the output type once, at the end.
+//    outputs are rounded (RNE) to the output type once, at the end. f64 inputs
+//    (the double path of an f64 layer) always run the reference twin, with f64
+//    accumulation and f64 outputs (drhs too), whatever the active level.
 //  - only rows of local groups are written by gmm / gmm_dlhs; other rows are
 //    left untouched (callers zero-fill the rest, or chain two calls into one
 //    shared output buffer).

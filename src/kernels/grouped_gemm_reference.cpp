@@ -1,8 +1,8 @@
 // Reference twin of the grouped GEMM kernels: plain loops, f32 accumulation in
-// index order. Multi-threaded over rows (forward, dlhs) or over (group, Kc)
-// rows of the weight gradient; each output element is one sequential sum, so
-// the result does not depend on the thread count. Also the portable fallback
-// of the public entry points (grouped_gemm.cpp).
+// index order (f64 inputs: f64 accumulation, the only level that takes them). Multi-threaded over rows
+// (forward, dlhs) or over (group, Kc) rows of the weight gradient; each output element is one sequential sum,
+// so the result does not depend on the thread count. Also the portable fallback of the public entry points
+// (grouped_gemm.cpp).
 #include "kernels/grouped_gemm.h"
 #include "kernels/grouped_gemm_internal.h"
 
@@ -14,29 +14,31 @@ namespace moe {
 
 namespace {
 
-template <class In, class Out>
-void gmm_rows(const In* lhs, const In* rhs, Out* out, int64_t Kc, int64_t N, int64_t row_begin, int64_t row_end) {
-  std::vector<float> acc(static_cast<size_t>(N));
+// Acc: the accumulator, acc_t<In> (f32 for f32 and bf16 inputs, f64 for f64).
+template <class In, class Out, class Acc = acc_t<In>>
+void gmm_rows(const In* lhs, const In* rhs, Out* out, int64_t Kc, int64_t N, int64_t row_begin,
+              int64_t row_end) {
+  std::vector<Acc> acc(static_cast<size_t>(N));
   for (int64_t r = row_begin; r < row_end; ++r) {
-    std::fill(acc.begin(), acc.end(), 0.0f);
+    std::fill(acc.begin(), acc.end(), Acc(0));
     for (int64_t k = 0; k < Kc; ++k) {
-      float a = load_f32(lhs[r * Kc + k]);
+      Acc a = load_as<Acc>(lhs[r * Kc + k]);
       const In* w = rhs + k * N;
-      for (int64_t n = 0; n < N; ++n) acc[size_t(n)] += a * load_f32(w[n]);
+      for (int64_t n = 0; n < N; ++n) acc[size_t(n)] += a * load_as<Acc>(w[n]);
     }
-    for (int64_t n = 0; n < N; ++n) out[r * N + n] = store_as<Out>(acc[size_t(n)]);
+    for (int64_t n = 0; n < N; ++n) out[r * N + n] = store_acc<Out>(acc[size_t(n)]);
   }
 }
 
-template <class In, class Out>
+template <class In, class Out, class Acc = acc_t<In>>
 void dlhs_rows(const In* dout, const In* rhs, Out* dlhs, int64_t Kc, int64_t N, int64_t row_begin,
                int64_t row_end) {
   for (int64_t r = row_begin; r < row_end; ++r) {
     for (int64_t k = 0; k < Kc; ++k) {
-      float acc = 0.0f;
+      Acc acc = Acc(0);
       const In* w = rhs + k * N;
-      for (int64_t n = 0; n < N; ++n) acc += load_f32(dout[r * N + n]) * load_f32(w[n]);
-      dlhs[r * Kc + k] = store_as<Out>(acc);
+      for (int64_t n = 0; n < N; ++n) acc += load_as<Acc>(dout[r * N + n]) * load_as<Acc>(w[n]);
+      dlhs[r * Kc + k] = store_acc<Out>(acc);
     }
   }
 }
@@ -79,23 +81,25 @@ void dlhs_typed(const Tensor& dout, const Tensor& rhs, const GroupLayout& groups
   });
 }
 
-template <class In>
-void drhs_typed(const Tensor& lhs, const Tensor& dout, const GroupLayout& groups, int64_t goff, Tensor& drhs) {
+// drhs in the accumulator type (f32; f64 for f64 inputs).
+template <class In, class Acc = acc_t<In>>
+void drhs_typed(const Tensor& lhs, const Tensor& dout, const GroupLayout& groups, int64_t goff,
+                Tensor& drhs) {
   int64_t Kc = lhs.dim(1), N = dout.dim(1), n_local = drhs.dim(0);
   const In* L = lhs.data<In>();
   const In* D = dout.data<In>();
-  float* G = drhs.data<float>();
+  Acc* G = drhs.data<Acc>();
   // One task per (local group, k): a row of the weight gradient.
   parallel_for(n_local * Kc, 4, [&](int64_t b, int64_t e) {
-    std::vector<float> acc(static_cast<size_t>(N));
+    std::vector<Acc> acc(static_cast<size_t>(N));
     for (int64_t i = b; i < e; ++i) {
       int64_t lg = i / Kc, k = i % Kc;
-      std::fill(acc.begin(), acc.end(), 0.0f);
+      std::fill(acc.begin(), acc.end(), Acc(0));
       for (int64_t r = groups.offsets[size_t(goff + lg)]; r < groups.offsets[size_t(goff + lg + 1)]; ++r) {
-        float a = load_f32(L[r * Kc + k]);
-        for (int64_t n = 0; n < N; ++n) acc[size_t(n)] += a * load_f32(D[r * N + n]);
+        Acc a = load_as<Acc>(L[r * Kc + k]);
+        for (int64_t n = 0; n < N; ++n) acc[size_t(n)] += a * load_as<Acc>(D[r * N + n]);
       }
-      std::memcpy(G + (lg * Kc + k) * N, acc.data(), size_t(N) * sizeof(float));
+      std::memcpy(G + (lg * Kc + k) * N, acc.data(), size_t(N) * sizeof(Acc));
     }
   });
 }
@@ -107,7 +111,9 @@ namespace reference {
 void gmm(const Tensor& lhs, const Tensor& rhs, const GroupLayout& groups, int64_t goff, Tensor& out) {
   detail::check_gmm(lhs, rhs, groups, goff, out);
   bool bf = lhs.dtype() == DType::bf16;
-  if (out.dtype() == DType::f32)
+  if (lhs.dtype() == DType::f64)
+    gmm_typed<double, double>(lhs, rhs, groups, goff, out);
+  else if (out.dtype() == DType::f32)
     bf ? gmm_typed<bf16, float>(lhs, rhs, groups, goff, out) : gmm_typed<float, float>(lhs, rhs, groups, goff, out);
   else if (out.dtype() == DType::bf16 && bf)
     gmm_typed<bf16, bf16>(lhs, rhs, groups, goff, out);
@@ -118,7 +124,9 @@ void gmm(const Tensor& lhs, const Tensor& rhs, const GroupLayout& groups, int64_
 void gmm_dlhs(const Tensor& dout, const Tensor& rhs, const GroupLayout& groups, int64_t goff, Tensor& dlhs) {
   detail::check_gmm_dlhs(dout, rhs, groups, goff, dlhs);
   bool bf = dout.dtype() == DType::bf16;
-  if (dlhs.dtype() == DType::f32)
+  if (dout.dtype() == DType::f64)
+    dlhs_typed<double, double>(dout, rhs, groups, goff, dlhs);
+  else if (dlhs.dtype() == DType::f32)
     bf ? dlhs_typed<bf16, float>(dout, rhs, groups, goff, dlhs)
        : dlhs_typed<float, float>(dout, rhs, groups, goff, dlhs);
   else if (dlhs.dtype() == DType::bf16 && bf)
@@ -129,6 +137,7 @@ void gmm_dlhs(const Tensor& dout, const Tensor& rhs, const GroupLayout& groups, 
 
 void gmm_drhs(const Tensor& lhs, const Tensor& dout, const GroupLayout& groups, int64_t goff, Tensor& drhs) {
   detail::check_gmm_drhs(lhs, dout, groups, goff, drhs);
+  if (lhs.dtype() == DType::f64) return drhs_typed<double>(lhs, dout, groups, goff, drhs);
   lhs.dtype() == DType::bf16 ? drhs_typed<bf16>(lhs, dout, groups, goff, drhs)
                              : drhs_typed<float>(lhs, dout, groups, goff, drhs);
 }

@@ -12,7 +12,8 @@ namespace moe::reference {
 void permute(const Tensor& x, const Routing& rt, Tensor& xs);
 
 // dx [T, D] f32 = sum_k dxs[inv[t*K+k]] in slot order k = 0..K-1: unsorts dxs
-// into the K-fold copy [R, D], then sums each token's K rows.
+// into the K-fold copy [R, D], then sums each token's K rows. f64 rows: dx f64
+// (the reference-only double path; the dispatchers below take the reference for f64).
 void permute_backward(const Tensor& dxs, const Routing& rt, Tensor& dx);
 
 }  // namespace moe::reference

@@ -74,14 +74,14 @@ void log_fallback_once(const char* kernel) {
 
 void permute(KernelChoice k, const Tensor& x, const Routing& rt, Tensor& xs) {
   if (k == KernelChoice::fused && fused::permute_supported(x.dtype(), rt)) return fused::permute(x, rt, xs);
-  if (k == KernelChoice::fused) log_fallback_once("permute");
+  if (k == KernelChoice::fused && x.dtype() != DType::f64) log_fallback_once("permute");
   reference::permute(x, rt, xs);
 }
 
 void permute_backward(KernelChoice k, const Tensor& dxs, const Routing& rt, Tensor& dx) {
   if (k == KernelChoice::fused && fused::permute_supported(dxs.dtype(), rt))
     return fused::permute_backward(dxs, rt, dx);
-  if (k == KernelChoice::fused) log_fallback_once("permute");
+  if (k == KernelChoice::fused && dxs.dtype() != DType::f64) log_fallback_once("permute");
   reference::permute_backward(dxs, rt, dx);
 }
 

@@ -31,10 +31,10 @@ void permute_backward_typed(const Tensor& dxs, const Routing& rt, Tensor& dx) {
   parallel_for(R, 64, [&](int64_t b, int64_t e) {
     for (int64_t r = b; r < e; ++r) rows::copy(G + int64_t(rt.inv[size_t(r)]) * D, U + r * D, D);
   });
-  float* DX = dx.data<float>();
+  acc_t<T>* DX = dx.data<acc_t<T>>();  // f32 (f64 for f64 rows)
   parallel_for(T_, 16, [&](int64_t b, int64_t e) {
     std::vector<const T*> src(static_cast<size_t>(K));
-    const std::vector<float> ones(static_cast<size_t>(K), 1.0f);
+    const std::vector<acc_t<T>> ones(static_cast<size_t>(K), acc_t<T>(1));
     for (int64_t t = b; t < e; ++t) {
       for (int64_t k = 0; k < K; ++k) src[size_t(k)] = U + (t * K + k) * D;
       rows::weighted_sum(ones.data(), src.data(), K, DX + t * D, D);
@@ -47,7 +47,9 @@ void permute_backward_typed(const Tensor& dxs, const Routing& rt, Tensor& dx) {
 // xs [R, D] = repeat(x, K)[order]
 void permute(const Tensor& x, const Routing& rt, Tensor& xs) {
   expect_shape(xs, {rt.rows(), x.dim(1)}, "[permute] xs");
-  if (x.dtype() == DType::bf16)
+  if (x.dtype() == DType::f64)
+    permute_typed<double>(x, rt, xs);
+  else if (x.dtype() == DType::bf16)
     permute_typed<bf16>(x, rt, xs);
   else
     permute_typed<float>(x, rt, xs);
@@ -56,7 +58,9 @@ void permute(const Tensor& x, const Routing& rt, Tensor& xs) {
 // dx [T, D] f32 = sum_k dxs[inv[t*K+k]]
 void permute_backward(const Tensor& dxs, const Routing& rt, Tensor& dx) {
   expect_shape(dx, {rt.tokens, dxs.dim(1)}, "[permute_backward] dx");
-  if (dxs.dtype() == DType::bf16)
+  if (dxs.dtype() == DType::f64)
+    permute_backward_typed<double>(dxs, rt, dx);
+  else if (dxs.dtype() == DType::bf16)
     permute_backward_typed<bf16>(dxs, rt, dx);
   else
     permute_backward_typed<float>(dxs, rt, dx);

@@ -29,4 +29,24 @@ float dot(const float* a, const float* b, int64_t D) { return kernels::table().d
 void store_row(const float* acc, bf16* dst, int64_t D) { kernels::table().f32_to_bf16(acc, dst, D); }
 void store_row(const float* acc, float* dst, int64_t D) { std::memcpy(dst, acc, size_t(D) * sizeof(float)); }
 
+void weighted_sum(const double* w, const double* const* src, int64_t K, double* dst, int64_t D,
+                  const double* const*) {
+  for (int64_t d = 0; d < D; ++d) {
+    double acc = 0.0;
+    for (int64_t k = 0; k < K; ++k) acc += w[k] * src[k][d];
+    dst[d] = acc;
+  }
+}
+void axpy_rounded(double w, const double* src, double* acc, int64_t D) {
+  for (int64_t d = 0; d < D; ++d) acc[d] = acc[d] + w * src[d];
+}
+void scale(double w, const double* src, double* dst, int64_t D) {
+  for (int64_t d = 0; d < D; ++d) dst[d] = w * src[d];
+}
+double dot(const double* a, const double* b, int64_t D) {
+  double s = 0.0;
+  for (int64_t d = 0; d < D; ++d) s += a[d] * b[d];
+  return s;
+}
+
 }  // namespace moe::rows

@@ -57,6 +57,14 @@ void weighted_sum(const float* w, const bf16* const* src, int64_t K, float* dst,
 void weighted_sum(const float* w, const float* const* src, int64_t K, float* dst, int64_t D,
                   const float* const* next = nullptr);
 
+// f64 rows (the reference-only double path, never in a level's table): the
+// same operations as plain loops in f64, each sum in index order from 0.
+void weighted_sum(const double* w, const double* const* src, int64_t K, double* dst, int64_t D,
+                  const double* const* next = nullptr);
+void axpy_rounded(double w, const double* src, double* acc, int64_t D);
+void scale(double w, const double* src, double* dst, int64_t D);
+double dot(const double* a, const double* b, int64_t D);
+
 // dst[d] = round_T(acc[d]).
 void store_row(const float* acc, bf16* dst, int64_t D);
 void store_row(const float* acc, float* dst, int64_t D);

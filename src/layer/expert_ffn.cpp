@@ -75,8 +75,12 @@ Tensor rows_tensor(DType dt, int64_t R, int64_t C, int64_t valid) {
   return t;
 }
 
-// dst = round(a + b) over all elements (a, b f32; dst dtype).
+// dst = round(a + b) over all elements (a, b f32; dst dtype), or all f64 on the double path.
 void add_round(const Tensor& a, const Tensor& b, Tensor& dst) {
+  if (dst.dtype() == DType::f64)
+    return parallel_for(a.numel(), 4096, [&](int64_t s, int64_t e) {
+      for (int64_t i = s; i < e; ++i) dst.data<double>()[i] = a.data<double>()[i] + b.data<double>()[i];
+    });
   parallel_for(a.numel(), 4096, [&](int64_t s, int64_t e) {
     const float* A = a.data<float>();
     const float* B = b.data<float>();
@@ -139,7 +143,8 @@ Tensor ffn_backward_data(const Config& cfg, const FfnWeights& w, const Tensor& x
   keep.dh1 = rows_tensor(dt, R, F, rows);
   gated_act_backward(cfg.mlp_activation, {act.h0, 0, F}, {act.h1, 0, F}, da, rows, F, {keep.dh0, 0, F},
                      {keep.dh1, 0, F});
-  Tensor p0 = rows_tensor(DType::f32, R, D, rows), p1 = rows_tensor(DType::f32, R, D, rows);
+  const DType acc = dt == DType::f64 ? DType::f64 : DType::f32;
+  Tensor p0 = rows_tensor(acc, R, D, rows), p1 = rows_tensor(acc, R, D, rows);
   gmm_dlhs(keep.dh0, w.wi_0, g, 0, p0);
   gmm_dlhs(keep.dh1, w.wi_1, g, 0, p1);
   add_round(p0, p1, dxs);
@@ -148,18 +153,19 @@ Tensor ffn_backward_data(const Config& cfg, const FfnWeights& w, const Tensor& x
 
 void ffn_weight_grads(const FfnWeights& w, const FfnGradInputs& in, const GroupLayout& g, LayerWeights& grads) {
   const int64_t El = w.wo.dim(0), F = w.wo.dim(1), D = w.wo.dim(2);
+  const DType acc = in.dys.dtype() == DType::f64 ? DType::f64 : DType::f32;  // f64 on the double path
   // gmm_drhs writes every local group (zeros for an empty one): no clearing.
-  grads.wo = Tensor::empty(DType::f32, {El, F, D});
+  grads.wo = Tensor::empty(acc, {El, F, D});
   gmm_drhs(in.a, in.dys, g, 0, grads.wo);
   if (w.prefused) {
     const int64_t E = w.split ? 2 * w.wi_lo.dim(0) : El;
-    Tensor dwi = Tensor::empty(DType::f32, {E, D, 2 * F});
+    Tensor dwi = Tensor::empty(acc, {E, D, 2 * F});
     drhs_fused(w, in.xs, in.dh, g, dwi);
     grads.wi = w.split ? dwi.reshaped({2, E, D / 2, 2 * F}) : dwi;
     return;
   }
-  grads.wi_0 = Tensor::empty(DType::f32, {El, D, F});
-  grads.wi_1 = Tensor::empty(DType::f32, {El, D, F});
+  grads.wi_0 = Tensor::empty(acc, {El, D, F});
+  grads.wi_1 = Tensor::empty(acc, {El, D, F});
   gmm_drhs(in.xs, in.dh0, g, 0, grads.wi_0);
   gmm_drhs(in.xs, in.dh1, g, 0, grads.wi_1);
 }

@@ -13,7 +13,7 @@ namespace moe {
 
 struct LayerForward {
   Tensor x;              // [T, D] dtype
-  Tensor router_kernel;  // [D, E] f32
+  Tensor router_kernel;  // [D, E] f32 (f64 on the double path)
   RouterOutput router;
   Routing routing;
   AuxStats aux;
@@ -33,6 +33,9 @@ void check_tokens(const Config& cfg, const Tensor& t, const char* what) {
   if (!is_float(t.dtype())) fail(what, ": expected a float dtype, got ", dtype_name(t.dtype()));
 }
 
+// The router's and the gradients' dtype: f32, or f64 on the double path (cfg.dtype f64).
+DType acc_dtype(const Config& cfg) { return cfg.dtype == DType::f64 ? DType::f64 : DType::f32; }
+
 Tensor group_sizes_i32(const GroupLayout& g) {
   Tensor t = Tensor::empty(DType::i32, {g.num_groups()});
   for (int64_t e = 0; e < g.num_groups(); ++e) t.data<int32_t>()[e] = int32_t(g.sizes[size_t(e)]);
@@ -49,7 +52,7 @@ LayerForwardPtr layer_forward(const Config& cfg, const LayerWeights& w, const Te
   const int64_t T = f->x.dim(0), K = cfg.num_experts_per_tok, E = cfg.num_experts, D = cfg.emb_dim;
   {
     TraceScope s(trace, "router", OpEngine::compute);
-    f->router_kernel = w.router.to(DType::f32);
+    f->router_kernel = w.router.to(acc_dtype(cfg));
     f->router = router_forward(cfg, f->x, f->router_kernel, forced);
   }
   {
@@ -83,6 +86,8 @@ LayerForwardPtr layer_forward(const Config& cfg, const LayerWeights& w, const Te
   AuxLosses aux = aux_losses(cfg, f->aux);
   out.load_balance_loss = aux.load_balance;
   out.z_loss = aux.z_loss;
+  out.load_balance_loss_f64 = aux.load_balance_f64;
+  out.z_loss_f64 = aux.z_loss_f64;
   out.dropped = f->routing.dropped;
   out.nonfinite_tokens = f->aux.nonfinite;
   return f;
@@ -95,7 +100,7 @@ LayerGrads layer_backward(const Config& cfg, const LayerForward& f, const Tensor
   const int64_t T = f.x.dim(0), K = cfg.num_experts_per_tok, D = cfg.emb_dim;
   LayerGrads g;
   Tensor dys = Tensor::empty(cfg.dtype, {T * K, D});
-  Tensor dW = Tensor::empty(DType::f32, {T, K});
+  Tensor dW = Tensor::empty(acc_dtype(cfg), {T, K});
   {
     TraceScope s(f.trace, "combine_backward", OpEngine::compute);
     combine_backward(cfg.moe_combine_kernel, dy, f.ffn.ys, f.router.topk_weights, f.routing, dys, dW);
@@ -105,7 +110,7 @@ LayerGrads layer_backward(const Config& cfg, const LayerForward& f, const Tensor
     TraceScope s(f.trace, "ffn_backward", OpEngine::compute);
     dxs = ffn_backward(cfg, f.ffn_w, f.xs, f.ffn, dys, f.routing.groups, g.weights);
   }
-  g.dx = Tensor::empty(DType::f32, {T, D});
+  g.dx = Tensor::empty(acc_dtype(cfg), {T, D});
   {
     TraceScope s(f.trace, "permute_backward", OpEngine::compute);
     permute_backward(cfg.moe_permute_kernel, dxs, f.routing, g.dx);
@@ -113,7 +118,7 @@ LayerGrads layer_backward(const Config& cfg, const LayerForward& f, const Tensor
   TraceScope s(f.trace, "router_backward", OpEngine::compute);
   Tensor dz = router_weights_backward(cfg, f.router, dW);
   aux_backward(cfg, f.router.logits, f.aux, dz, aux);
-  g.weights.router = Tensor(DType::f32, f.router_kernel.shape());
+  g.weights.router = Tensor(acc_dtype(cfg), f.router_kernel.shape());
   router_matmul_backward(f.router.x_f32, f.router_kernel, dz, g.weights.router, g.dx);
   return g;
 }

@@ -13,6 +13,8 @@ namespace moe {
 struct AuxLosses {
   float load_balance = 0.0f;  // weight * E * sum_e (c_e / T) * P_e
   float z_loss = 0.0f;        // weight * mean_t logsumexp(z_t)^2
+  // The same before the rounding to f32 (what the f64 path reports).
+  double load_balance_f64 = 0.0, z_loss_f64 = 0.0;
 };
 
 // Token statistics behind the aux losses. Sums are kept in fixed point
@@ -39,7 +41,7 @@ struct AuxStats {
   void add(const AuxStats& o);
 };
 
-// logits: [T, E] f32; routed_counts: [E].
+// logits: [T, E] f32 (f64 on the double path: the softmax in double); routed_counts: [E].
 
 AuxStats aux_stats(const Tensor& logits, const std::vector<int64_t>& routed_counts);
 AuxLosses aux_losses(const Config& cfg, const AuxStats& global);

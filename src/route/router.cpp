@@ -10,28 +10,31 @@
 namespace moe {
 namespace {
 
-// z [T, E] = x [T, D] @ W [D, E] in f32: the grouped GEMM with one group (row-independent, so
-// a token's logits do not depend on which other tokens share the call).
+// z [T, E] = x [T, D] @ W [D, E] in f32 (f64 on the double path): the grouped GEMM with one group
+// (row-independent, so a token's logits do not depend on which other tokens share the call).
 Tensor router_logits(const Tensor& x_f32, const Tensor& W) {
   const int64_t T = x_f32.dim(0), D = x_f32.dim(1), E = W.dim(1);
-  Tensor z(DType::f32, {T, E});
+  Tensor z(x_f32.dtype(), {T, E});
   gmm(x_f32, W.reshaped({1, D, E}), GroupLayout::from_sizes({T}), 0, z);
   return z;
 }
 
-// The max is a plain scan (the first largest, as std::max_element): defined for rows with NaN,
-// whose scores are then NaN and route by score_before.
-void softmax_row(const float* z, float* s, int64_t E) {
-  float m = z[0];
+// Real: float, or double on the f64 path (the same operations in the same order). The max is a
+// plain scan (the first largest, as std::max_element): defined for rows with NaN, whose scores are
+// then NaN and route by score_before.
+template <class Real>
+void softmax_row(const Real* z, Real* s, int64_t E) {
+  Real m = z[0];
   for (int64_t e = 1; e < E; ++e)
     if (m < z[e]) m = z[e];
-  float sum = 0.0f;
+  Real sum = Real(0);
   for (int64_t e = 0; e < E; ++e) sum += (s[e] = std::exp(z[e] - m));
   for (int64_t e = 0; e < E; ++e) s[e] /= sum;
 }
 
 // NaN sorts below every number so the order stays a strict weak ordering.
-bool score_before(float a, int32_t ia, float b, int32_t ib) {
+template <class Real>
+bool score_before(Real a, int32_t ia, Real b, int32_t ib) {
   bool na = std::isnan(a), nb = std::isnan(b);
   if (na != nb) return nb;
   if (!na && a != b) return a > b;
@@ -39,7 +42,8 @@ bool score_before(float a, int32_t ia, float b, int32_t ib) {
 }
 
 // ids: scratch of E entries, reused across tokens.
-void select_topk(const float* s, int64_t E, int64_t K, int32_t* idx, std::vector<int32_t>& ids) {
+template <class Real>
+void select_topk(const Real* s, int64_t E, int64_t K, int32_t* idx, std::vector<int32_t>& ids) {
   ids.resize(size_t(E));
   std::iota(ids.begin(), ids.end(), 0);
   std::partial_sort(ids.begin(), ids.begin() + K, ids.end(),
@@ -63,26 +67,33 @@ void check_forced(const Tensor& f, int64_t T, int64_t K, int64_t E) {
   }
 }
 
-}  // namespace
+// The sigmoid scores' normalization epsilon, in the router's type.
+template <class Real>
+constexpr Real kSigmoidEps = 1e-20f;
+template <>
+constexpr double kSigmoidEps<double> = 1e-20;
 
-RouterOutput router_forward(const Config& cfg, const Tensor& x, const Tensor& kernel, const Tensor* forced) {
+template <class Real>
+RouterOutput router_forward_t(const Config& cfg, const Tensor& x, const Tensor& kernel,
+                              const Tensor* forced) {
   const int64_t T = x.dim(0), E = cfg.num_experts, K = cfg.num_experts_per_tok;
   const bool sigmoid = cfg.routed_score_func == ScoreFunc::sigmoid;
+  const DType rt = dtype_of<Real>::value;
   if (forced) check_forced(*forced, T, K, E);
   RouterOutput r;
-  r.x_f32 = x.to(DType::f32);
-  r.logits = router_logits(r.x_f32, kernel);
-  r.scores = Tensor::empty(DType::f32, {T, E});
+  r.x_f32 = x.to(rt);
+  r.logits = router_logits(r.x_f32, kernel.to(rt));
+  r.scores = Tensor::empty(rt, {T, E});
   r.topk_idx = Tensor::empty(DType::i32, {T, K});
-  r.topk_scores = Tensor::empty(DType::f32, {T, K});
-  r.topk_weights = Tensor::empty(DType::f32, {T, K});
+  r.topk_scores = Tensor::empty(rt, {T, K});
+  r.topk_weights = Tensor::empty(rt, {T, K});
   parallel_for(T, 32, [&](int64_t b, int64_t e) {
     std::vector<int32_t> ids;
     for (int64_t t = b; t < e; ++t) {
-      const float* z = r.logits.data<float>() + t * E;
-      float* s = r.scores.data<float>() + t * E;
+      const Real* z = r.logits.data<Real>() + t * E;
+      Real* s = r.scores.data<Real>() + t * E;
       if (sigmoid)
-        for (int64_t j = 0; j < E; ++j) s[j] = 1.0f / (1.0f + std::exp(-z[j]));
+        for (int64_t j = 0; j < E; ++j) s[j] = Real(1) / (Real(1) + std::exp(-z[j]));
       else
         softmax_row(z, s, E);
       int32_t* idx = r.topk_idx.data<int32_t>() + t * K;
@@ -90,45 +101,46 @@ RouterOutput router_forward(const Config& cfg, const Tensor& x, const Tensor& ke
         std::copy_n(forced->data<int32_t>() + t * K, K, idx);
       else
         select_topk(s, E, K, idx, ids);
-      float* raw = r.topk_scores.data<float>() + t * K;
-      float* w = r.topk_weights.data<float>() + t * K;
-      float sum = 0.0f;
+      Real* raw = r.topk_scores.data<Real>() + t * K;
+      Real* w = r.topk_weights.data<Real>() + t * K;
+      Real sum = Real(0);
       for (int64_t k = 0; k < K; ++k) sum += (raw[k] = s[idx[k]]);
-      float denom = cfg.norm_topk_prob ? sum + (sigmoid ? 1e-20f : 0.0f) : 1.0f;
-      for (int64_t k = 0; k < K; ++k) w[k] = raw[k] / denom * float(cfg.routed_scaling_factor);
+      Real denom = cfg.norm_topk_prob ? sum + (sigmoid ? kSigmoidEps<Real> : Real(0)) : Real(1);
+      for (int64_t k = 0; k < K; ++k) w[k] = raw[k] / denom * Real(cfg.routed_scaling_factor);
     }
   });
   return r;
 }
 
-Tensor router_weights_backward(const Config& cfg, const RouterOutput& r, const Tensor& dW) {
+template <class Real>
+Tensor router_weights_backward_t(const Config& cfg, const RouterOutput& r, const Tensor& dW) {
   const int64_t T = r.logits.dim(0), E = r.logits.dim(1), K = r.topk_idx.dim(1);
   const bool sigmoid = cfg.routed_score_func == ScoreFunc::sigmoid;
-  Tensor dz(DType::f32, {T, E});
+  Tensor dz(dtype_of<Real>::value, {T, E});
   parallel_for(T, 32, [&](int64_t b, int64_t e) {
-    std::vector<float> ds(static_cast<size_t>(E));
+    std::vector<Real> ds(static_cast<size_t>(E));
     for (int64_t t = b; t < e; ++t) {
-      const float* raw = r.topk_scores.data<float>() + t * K;
-      const float* g = dW.data<float>() + t * K;
+      const Real* raw = r.topk_scores.data<Real>() + t * K;
+      const Real* g = dW.data<Real>() + t * K;
       const int32_t* idx = r.topk_idx.data<int32_t>() + t * K;
-      const float* s = r.scores.data<float>() + t * E;
-      float scale = float(cfg.routed_scaling_factor);
-      std::fill(ds.begin(), ds.end(), 0.0f);
+      const Real* s = r.scores.data<Real>() + t * E;
+      Real scale = Real(cfg.routed_scaling_factor);
+      std::fill(ds.begin(), ds.end(), Real(0));
       if (cfg.norm_topk_prob) {
         // w_k = scale * raw_k / S, S = sum raw (+eps): dw/draw_j = scale * (g_j / S - sum_k g_k raw_k / S^2).
-        float S = 0.0f, gr = 0.0f;
+        Real S = Real(0), gr = Real(0);
         for (int64_t k = 0; k < K; ++k) S += raw[k];
-        if (sigmoid) S += 1e-20f;
+        if (sigmoid) S += kSigmoidEps<Real>;
         for (int64_t k = 0; k < K; ++k) gr += g[k] * raw[k];
         for (int64_t k = 0; k < K; ++k) ds[size_t(idx[k])] += scale * (g[k] / S - gr / (S * S));
       } else {
         for (int64_t k = 0; k < K; ++k) ds[size_t(idx[k])] += scale * g[k];
       }
-      float* out = dz.data<float>() + t * E;
+      Real* out = dz.data<Real>() + t * E;
       if (sigmoid) {
-        for (int64_t j = 0; j < E; ++j) out[j] = ds[size_t(j)] * s[j] * (1.0f - s[j]);
+        for (int64_t j = 0; j < E; ++j) out[j] = ds[size_t(j)] * s[j] * (Real(1) - s[j]);
       } else {
-        float dot = 0.0f;
+        Real dot = Real(0);
         for (int64_t j = 0; j < E; ++j) dot += ds[size_t(j)] * s[j];
         for (int64_t j = 0; j < E; ++j) out[j] = s[j] * (ds[size_t(j)] - dot);
       }
@@ -137,19 +149,37 @@ Tensor router_weights_backward(const Config& cfg, const RouterOutput& r, const T
   return dz;
 }
 
+template <class Real>
+void add_into(const Tensor& part, Tensor& dx) {
+  Real* out = dx.data<Real>();
+  const Real* p = part.data<Real>();
+  parallel_for(part.numel(), 1 << 15, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) out[i] += p[i];
+  });
+}
+
+}  // namespace
+
+// The f64 path (an f64 x) runs every step in double; anything else in f32.
+RouterOutput router_forward(const Config& cfg, const Tensor& x, const Tensor& kernel, const Tensor* forced) {
+  return x.dtype() == DType::f64 ? router_forward_t<double>(cfg, x, kernel, forced)
+                                 : router_forward_t<float>(cfg, x, kernel, forced);
+}
+
+Tensor router_weights_backward(const Config& cfg, const RouterOutput& r, const Tensor& dW) {
+  return r.logits.dtype() == DType::f64 ? router_weights_backward_t<double>(cfg, r, dW)
+                                        : router_weights_backward_t<float>(cfg, r, dW);
+}
+
 // dkernel [D, E] = x^T @ dz; dx [T, D] += dz @ W^T (f32 grouped GEMMs with one group).
 void router_matmul_backward(const Tensor& x, const Tensor& W, const Tensor& dz, Tensor& dkernel, Tensor& dx) {
   const int64_t T = x.dim(0), D = x.dim(1), E = W.dim(1);
   const GroupLayout all = GroupLayout::from_sizes({T});
   Tensor dk = dkernel.reshaped({1, D, E});
-  gmm_drhs(x.to(DType::f32), dz, all, 0, dk);
-  Tensor part(DType::f32, {T, D});
+  gmm_drhs(x.to(dz.dtype()), dz, all, 0, dk);
+  Tensor part(dz.dtype(), {T, D});
   gmm_dlhs(dz, W.reshaped({1, D, E}), all, 0, part);
-  float* out = dx.data<float>();
-  const float* p = part.data<float>();
-  parallel_for(T * D, 1 << 15, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) out[i] += p[i];
-  });
+  dz.dtype() == DType::f64 ? add_into<double>(part, dx) : add_into<float>(part, dx);
 }
 
 }  // namespace moe

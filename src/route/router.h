@@ -1,5 +1,6 @@
 // Router: logits, scores, top-k selection and weights (SPEC.md §2 step 1),
-// and its backward. All router math is f32.
+// and its backward. All router math is f32; with an f64 x (the reference-only
+// double path) every f32 tensor below is f64 instead and the math is in double.
 #pragma once
 
 #include "moe/config.h"

@@ -22,7 +22,7 @@ class MixtralExpert(nn.Module):
 
 
 class MixtralBlock(nn.Module):
-    """Mixtral's sparse MoE block (names as in PyTorch Mixtral checkpoints), f32."""
+    """Mixtral's sparse MoE block (names as in PyTorch Mixtral checkpoints), f32 (f64 after .double())."""
 
     def __init__(self, E, K, D, F, lb_weight=0.0, z_weight=0.0):
         super().__init__()
@@ -48,7 +48,7 @@ class MixtralBlock(nn.Module):
             if tok.numel():
                 y = y.index_add(0, tok, w[tok, slot, None] * self.experts[e](x[tok]))
         T = x.shape[0]
-        counts = torch.bincount(idx.flatten(), minlength=self.E).to(torch.float32)  # routed slots, no gradient
+        counts = torch.bincount(idx.flatten(), minlength=self.E).to(probs.dtype)  # routed slots, no gradient
         lb = self.lb_weight * self.E * torch.sum(counts / T * probs.mean(dim=0))
         z = self.z_weight * torch.mean(torch.logsumexp(logits, dim=-1) ** 2)
         return y, lb, z, idx

@@ -8,7 +8,7 @@ namespace moe::testing {
 namespace {
 std::vector<double> to_doubles(const Tensor& t) {
   std::vector<double> v(static_cast<size_t>(t.numel()));
-  for (int64_t i = 0; i < t.numel(); ++i) v[size_t(i)] = t.get_f32(i);
+  for (int64_t i = 0; i < t.numel(); ++i) v[size_t(i)] = t.get_f64(i);  // exact for f32, bf16 and f64
   return v;
 }
 double act(const Config& c, double x) {

@@ -123,7 +123,7 @@ TEST(ConfigParse, EveryTypeErrorNamesKeyValueAndExpectation) {
       {"learning_rate=fast", "learning_rate: bad value 'fast' (expected a number)"},
       {"norm_topk_prob=yes", "norm_topk_prob: bad value 'yes' (expected true or false)"},
       {"norm_topk_prob=1", "norm_topk_prob: bad value '1' (expected true or false)"},
-      {"dtype=f16", "dtype: bad value 'f16' (expected one of bf16|f32)"},
+      {"dtype=f16", "dtype: bad value 'f16' (expected one of bf16|f32|f64)"},
       {"weight_dtype=i32", "weight_dtype: bad value 'i32' (expected one of f32|bf16)"},
       {"routed_score_func=relu", "routed_score_func: bad value 'relu' (expected one of softmax|sigmoid)"},
       {"mlp_activation=relu", "mlp_activation: bad value 'relu' (expected one of silu|gelu)"},

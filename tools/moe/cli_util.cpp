@@ -36,8 +36,16 @@ bool distributed(const Config& c) {
   return world().size() > 1 || c.data_parallelism != 1 || c.fsdp_parallelism != 1 || c.expert_parallelism != 1;
 }
 
+void refuse_f64(const Config& cfg, const std::string& origin) {
+  if (cfg.dtype == DType::f64)
+    throw ConfigError(origin,
+                      {"dtype=f64 is for the library's layer and moe_engine.torch.MoELayer only (checks, "
+                       "docs/python.md); the moe commands need dtype f32 or bf16"});
+}
+
 Config load(const std::string& path, const std::vector<std::string>& overrides) {
   Config c = load_config(path, overrides).config;
+  refuse_f64(c, path);
   apply_collective_timeout(c.collective_timeout_s);
   apply_collective_liveness(c.collective_liveness_s);
   // The same target check as `moe validate` (training: the stricter plan).

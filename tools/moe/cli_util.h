@@ -26,6 +26,9 @@ bool distributed(const Config& cfg);
 // Loads the config file with `key=value` overrides (throws moe::Error listing every problem),
 // and applies its collective_timeout_s to the watchdog (include/moe/watchdog.h).
 Config load(const std::string& path, const std::vector<std::string>& overrides);
+// dtype=f64 is the library's and the Python layer's checking path (docs/python.md, Dtypes): the
+// commands (files, checkpoints, training, checks) compute in f32 or bf16. A ConfigError naming the key.
+void refuse_f64(const Config& cfg, const std::string& origin);
 
 // Layer weights from a safetensors file, checked against the config.
 LayerWeights load_weights(const Config& cfg, const SafetensorsFile& file, const std::string& prefix = "");

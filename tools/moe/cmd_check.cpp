@@ -33,7 +33,9 @@ Config base_config(const std::vector<std::string>& overrides) {
   std::string yaml = "num_experts: " + std::to_string(c.E) + "\nnum_experts_per_tok: " + std::to_string(c.K) +
                      "\nemb_dim: " + std::to_string(c.D) + "\nmoe_mlp_dim: " + std::to_string(c.F) +
                      "\ndtype: bf16\nload_balance_loss_weight: 0.01\nrouter_z_loss_weight: 0.001\n";
-  return parse_config(yaml, "<moe check>", overrides).config;
+  Config cfg = parse_config(yaml, "<moe check>", overrides).config;
+  refuse_f64(cfg, "<moe check>");
+  return cfg;
 }
 
 void list_variants() {

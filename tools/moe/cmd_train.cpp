@@ -29,8 +29,10 @@ struct TrainArgs {
 LoadedConfig resolve(const std::vector<std::string>& words) {
   const bool has_file = !words.empty() && words[0].find('=') == std::string::npos;
   std::vector<std::string> overrides(words.begin() + (has_file ? 1 : 0), words.end());
-  if (has_file) return load_config(words[0], overrides);
-  return parse_config(default_train_config(), "<embedded default>", overrides);
+  LoadedConfig lc = has_file ? load_config(words[0], overrides)
+                             : parse_config(default_train_config(), "<embedded default>", overrides);
+  refuse_f64(lc.config, has_file ? words[0] : "<embedded default>");
+  return lc;
 }
 
 void print_summary(const TrainSummary& s) {
