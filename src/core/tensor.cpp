@@ -1,6 +1,6 @@
 #include "moe/tensor.h"
 
-#include "core/block_cache.h"
+#include "core/allocator.h"
 #include "kernels/dispatch.h"
 #include "moe/thread_pool.h"
 
@@ -49,12 +49,12 @@ void count_alloc(int64_t bytes) {
 std::shared_ptr<std::byte> allocate(size_t bytes) {
   size_t padded = (bytes + Tensor::kAlign - 1) / Tensor::kAlign * Tensor::kAlign;
   if (padded == 0) padded = Tensor::kAlign;
-  void* p = block_cache::acquire(padded, Tensor::kAlign);
+  void* p = alloc::acquire(padded, Tensor::kAlign);
   if (!p) fail("out of memory allocating ", bytes, " bytes");
   count_alloc(int64_t(padded));
   return std::shared_ptr<std::byte>(static_cast<std::byte*>(p), [padded](std::byte* q) {
     g_live_bytes.fetch_sub(int64_t(padded), std::memory_order_relaxed);
-    block_cache::release(q, padded);
+    alloc::release(q, padded);
   });
 }
 }  // namespace

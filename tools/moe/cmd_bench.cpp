@@ -3,10 +3,13 @@
 // (docs/benchmarks.md). Exits 1 when any check fails.
 // moe bench --dist [--variant NAME]... [--tokens N] [--iters N] [--warmup N] [--json FILE] [key=value ...]
 // (under mpirun): the distributed layer's table (bench_dist.cpp).
+// moe bench --scenario changing-t|sequential|accumulate [--case NAME]... [--steps N] [T=..] [D=..] ...
+// real use: changing T, cases one after another, accumulated gradients (src/bench/real_use.h).
 #include <cstdio>
 #include <utility>
 
 #include "bench/harness.h"
+#include "bench/real_use.h"
 #include "bench_dist.h"
 #include "cli_util.h"
 #include "commands.h"
@@ -22,7 +25,25 @@ struct BenchArgs {
   bool list = false;
   bool dist = false;
   BenchDistArgs d;
+  std::string scenario;
+  int steps = 20;
+  bool alone = false;
 };
+
+void run_scenario(const BenchArgs& a) {
+  if (a.dist || !a.d.variants.empty()) fail("--scenario does not take --dist or --variant");
+  bench::RealUseOptions o;
+  o.scenario = a.scenario, o.cases = a.cases, o.overrides = a.d.overrides;
+  o.dtype = a.dtype == "f32" ? DType::f32 : DType::bf16;
+  o.steps = a.steps, o.warmup = a.warmup, o.seed = a.seed, o.alone = a.alone;
+  if (!a.json.empty()) check_output_dir(a.json, "--json");
+  bench::RealUseReport r = bench::run_real_use(o);
+  std::fputs(bench::format_real_use(r).c_str(), stdout);
+  if (!a.json.empty()) {
+    write_file_atomic(a.json, bench::real_use_json(r));
+    std::printf("wrote %s\n", a.json.c_str());
+  }
+}
 
 void list_cases() {
   for (const bench::Case& c : bench::all_cases())
@@ -32,6 +53,7 @@ void list_cases() {
 }
 
 void run_bench_cmd(const BenchArgs& a) {
+  if (!a.scenario.empty()) return run_scenario(a);
   if (a.dist) {
     BenchDistArgs d = a.d;
     d.json = a.json, d.iters = a.iters, d.warmup = a.warmup, d.seed = a.seed, d.list = a.list;
@@ -75,21 +97,33 @@ void add_bench(CLI::App& app) {
       "next to a dense GEMM baseline and memcpy measured in the same run. See docs/benchmarks.md.");
   c->add_option("--case", a->cases, "Case name (repeatable; default: every bench case). --list shows them");
   c->add_option("--dtype", a->dtype, "Activation dtype")->check(CLI::IsMember({"bf16", "f32"}));
-  c->add_option("--weight-dtype", a->weight_dtype,
-                "Stored weight dtype (default: the activation dtype); f32 with --dtype bf16 adds the per-step cast")
+  c->add_option(
+       "--weight-dtype", a->weight_dtype,
+       "Stored weight dtype (default: the activation dtype); f32 with --dtype bf16 adds the per-step cast")
       ->check(CLI::IsMember({"bf16", "f32"}));
   c->add_option("--iters", a->iters, "Timed iterations per variant (default 5)");
   c->add_option("--warmup", a->warmup, "Untimed iterations after the check run (default 1)");
   c->add_option("--seed", a->seed, "Seed of the inputs (weights come from the case)");
   c->add_option("--json", a->json, "Write the results as JSON (SPEC.md §7) to this file");
   c->add_flag("--list", a->list, "List the cases (with --dist: the variants) and exit");
-  c->add_flag("--dist", a->dist, "The distributed layer's table under mpirun (docs/benchmarks.md, Distributed)");
+  c->add_flag("--dist", a->dist,
+              "The distributed layer's table under mpirun (docs/benchmarks.md, Distributed)");
   c->add_option("--variant", a->d.variants, "--dist: run only these variants (and their baselines)");
-  c->add_option("--probe-mb", a->d.probe_mb, "--dist: only time an all-to-all of this many MB per rank (link probe)");
-  c->add_option("--probe-calls", a->d.probe_calls, "--dist: split the probe's bytes over this many all-to-alls");
-  c->add_option("--trace-dir", a->d.trace_dir, "--dist: write each variant's last timed step as DIR/<variant>.json (Chrome trace)");
+  c->add_option("--probe-mb", a->d.probe_mb,
+                "--dist: only time an all-to-all of this many MB per rank (link probe)");
+  c->add_option("--probe-calls", a->d.probe_calls,
+                "--dist: split the probe's bytes over this many all-to-alls");
+  c->add_option("--trace-dir", a->d.trace_dir,
+                "--dist: write each variant's last timed step as DIR/<variant>.json (Chrome trace)");
   c->add_option("--tokens", a->d.tokens, "--dist: tokens per rank (default 256)");
-  c->add_option("overrides", a->d.overrides, "--dist: key=value overrides of the layer (D=1024 F=512 E=8 K=2 bf16)");
+  c->add_option(
+      "overrides", a->d.overrides,
+      "--dist: key=value overrides of the layer (D=1024 F=512 E=8 K=2 bf16); --scenario: T= D= F= E= K=");
+  c->add_option("--scenario", a->scenario,
+                "Real use (docs/benchmarks.md, Real use): changing T, cases in sequence, accumulation")
+      ->check(CLI::IsMember({"changing-t", "sequential", "accumulate"}));
+  c->add_option("--steps", a->steps, "--scenario: timed steps per phase (default 20)");
+  c->add_flag("--alone", a->alone, "--scenario sequential: run the one --case here (the fresh-process half)");
   c->callback([a] { run_bench_cmd(*a); });
 }
 

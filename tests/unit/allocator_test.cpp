@@ -1,0 +1,270 @@
+// The tensor allocator (src/core/allocator.h): size classes, reuse, the cache's
+// bounds under shapes that keep changing, huge-page alignment, the C library
+// path, and concurrent use. Also built into the ThreadSanitizer run
+// (scripts/tsan.sh) and, like every test, the ASan build (scripts/sanitize.sh),
+// where a cached block must be poisoned.
+#include "core/allocator.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "moe/tensor.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+#define MOE_TEST_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define MOE_TEST_ASAN 1
+#endif
+#endif
+#ifdef MOE_TEST_ASAN
+#include <sanitizer/asan_interface.h>
+#endif
+
+namespace moe {
+namespace {
+
+constexpr size_t kMiB = size_t(1) << 20;
+
+// Sets a cap for one test and empties the cache before and after, so the
+// process-wide pool's other users (earlier tests) do not count.
+class CapScope {
+ public:
+  explicit CapScope(size_t cap) {
+    alloc::release_cached();
+    old_ = alloc::set_cap_for_testing(cap);
+  }
+  ~CapScope() {
+    alloc::set_cap_for_testing(old_);
+    alloc::release_cached();
+  }
+
+ private:
+  size_t old_;
+};
+
+TEST(Allocator, SizeClassesRoundUpByAtMostASixteenth) {
+  size_t prev = 0;
+  for (size_t n = alloc::kLargeBytes; n < 64 * kMiB; n += 4096 * 37) {
+    size_t c = alloc::size_class(n);
+    EXPECT_GE(c, n);
+    EXPECT_LE(double(c), double(n) * (1.0 + 1.0 / 16) + 65536.0) << n;
+    EXPECT_GE(c, prev) << "classes must grow with the request";
+    prev = c;
+  }
+  // A token count that drifts between 1536 and 2560 rows of 2048 bf16 lands on a handful of classes.
+  std::vector<size_t> classes;
+  for (size_t T = 1536; T <= 2560; ++T) {
+    size_t c = alloc::size_class(T * 2048 * 2);
+    if (classes.empty() || classes.back() != c) classes.push_back(c);
+  }
+  EXPECT_LE(classes.size(), 14u);             // 0.74 of a power of two at 16 classes per power
+  EXPECT_EQ(alloc::size_class(1000), 1000u);  // small requests are not large-path classes
+}
+
+TEST(Allocator, AFreedBlockServesTheNextRequestOfItsClass) {
+  CapScope cap(256 * kMiB);
+  const alloc::Stats s0 = alloc::stats();
+  void* a = alloc::acquire(3 * kMiB, 64);
+  ASSERT_NE(a, nullptr);
+  std::memset(a, 1, 3 * kMiB);
+  alloc::release(a, 3 * kMiB);
+  EXPECT_EQ(alloc::stats().cached_blocks, s0.cached_blocks + 1);
+  void* b = alloc::acquire(3 * kMiB - 4096, 64);  // same class
+  EXPECT_EQ(b, a);
+  // A smaller request takes a bigger cached block only up to kMaxReuseRatio.
+  alloc::release(b, 3 * kMiB - 4096);
+  void* c = alloc::acquire(kMiB + kMiB / 2, 64);  // 3 MiB block for a 1.5 MiB class: allowed
+  EXPECT_EQ(c, a);
+  alloc::release(c, kMiB + kMiB / 2);
+  void* d = alloc::acquire(kMiB, 64);  // more than twice the class: a fresh block
+  EXPECT_NE(d, a);
+  alloc::release(d, kMiB);
+  const alloc::Stats s1 = alloc::stats();
+  EXPECT_EQ(s1.hits - s0.hits, 2u);
+  EXPECT_EQ(s1.misses - s0.misses, 2u);
+  EXPECT_EQ(s1.live_bytes, s0.live_bytes);
+}
+
+TEST(Allocator, ARequestNoCachedBlockHoldsGrowsTheLargestSmallerOne) {
+  CapScope cap(256 * kMiB);
+  const alloc::Stats s0 = alloc::stats();
+  auto* a = static_cast<unsigned char*>(alloc::acquire(4 * kMiB, 64));
+  ASSERT_NE(a, nullptr);
+  std::memset(a, 9, 4 * kMiB);
+  alloc::release(a, 4 * kMiB);
+  auto* b = static_cast<unsigned char*>(alloc::acquire(6 * kMiB, 64));  // 4 MiB >= half of 6 MiB: grown
+  ASSERT_NE(b, nullptr);
+  EXPECT_EQ(b[0], 9);  // the old pages come along
+  EXPECT_EQ(b[4 * kMiB - 1], 9);
+  std::memset(b, 1, 6 * kMiB);
+  alloc::release(b, 6 * kMiB);
+  void* c = alloc::acquire(14 * kMiB, 64);  // 6 MiB is less than half of 14 MiB: a fresh block
+  alloc::release(c, 14 * kMiB);
+  const alloc::Stats s1 = alloc::stats();
+  EXPECT_EQ(s1.grown - s0.grown, 1u);
+  EXPECT_EQ(s1.misses - s0.misses, 2u);
+  EXPECT_EQ(s1.live_bytes, s0.live_bytes);
+}
+
+TEST(Allocator, LargeBlocksAreHugePageAligned) {
+  CapScope cap(256 * kMiB);
+  void* p = alloc::acquire(alloc::kHugeBytes + 64, 64);
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % alloc::kHugePage, 0u);
+  std::memset(p, 7, alloc::kHugeBytes + 64);
+  alloc::release(p, alloc::kHugeBytes + 64);
+}
+
+// A long run of drifting shapes: the cache stays within its cap, the footprint
+// within the slack of the live high-water mark, and most requests are hits.
+TEST(Allocator, ChangingShapesStayWithinTheBoundAndReuseBlocks) {
+  const size_t cap = 96 * kMiB;  // a step's 5 blocks are 35-60 MiB
+  CapScope scope(cap);
+  const alloc::Stats s0 = alloc::stats();
+  std::mt19937_64 rng(5);
+  size_t max_footprint = 0;
+  for (int step = 0; step < 400; ++step) {
+    // A "step": T in [1536, 2560], five tensors whose sizes scale with T, some kept across the step.
+    const size_t T = 1536 + rng() % 1025;
+    const size_t sizes[5] = {T * 1024 * 2, T * 512 * 4, T * 2048 * 2, T * 1024 * 4, T * 8 * 512 * 2};
+    std::vector<std::pair<void*, size_t>> live;
+    for (size_t n : sizes) {
+      void* p = alloc::acquire(n, 64);
+      ASSERT_NE(p, nullptr);
+      static_cast<char*>(p)[0] = 1, static_cast<char*>(p)[n - 1] = 2;
+      live.emplace_back(p, n);
+      const alloc::Stats s = alloc::stats();
+      ASSERT_LE(s.cached_bytes, cap);
+      max_footprint = std::max(max_footprint, s.live_bytes + s.cached_bytes);
+      if (live.size() == 3) {  // a temporary freed mid-step
+        alloc::release(live[1].first, live[1].second);
+        live.erase(live.begin() + 1);
+      }
+    }
+    for (auto& [p, n] : live) alloc::release(p, n);
+    ASSERT_LE(alloc::stats().cached_bytes, cap);
+  }
+  const alloc::Stats s1 = alloc::stats();
+  EXPECT_EQ(s1.live_bytes, s0.live_bytes);
+  const uint64_t hits = s1.hits - s0.hits, grown = s1.grown - s0.grown, misses = s1.misses - s0.misses;
+  EXPECT_EQ(hits + grown + misses, 400u * 5);
+  EXPECT_GT(hits + grown, 9 * misses) << "hits " << hits << " grown " << grown << " misses " << misses;
+  // The largest step needs 4 blocks live at once (about 2560 * 8 KiB * 1.06 each); the footprint
+  // stays within the cap plus what is live.
+  EXPECT_LE(max_footprint, cap + s1.live_peak);
+}
+
+TEST(Allocator, TheCacheNeverHoldsMoreThanItsCap) {
+  const size_t cap = 8 * kMiB;
+  CapScope scope(cap);
+  std::vector<void*> blocks;
+  for (int i = 0; i < 6; ++i) blocks.push_back(alloc::acquire(3 * kMiB, 64));
+  for (void* p : blocks) alloc::release(p, 3 * kMiB);
+  EXPECT_LE(alloc::stats().cached_bytes, cap);
+  EXPECT_EQ(alloc::stats().cached_blocks, 2u);  // two 3 MiB blocks fit in 8 MiB
+  void* big = alloc::acquire(16 * kMiB, 64);    // bigger than the cap: unmapped at once
+  alloc::release(big, 16 * kMiB);
+  const size_t cached = alloc::stats().cached_bytes;
+  EXPECT_LE(cached, cap);
+  EXPECT_EQ(alloc::release_cached(), cached);
+  EXPECT_EQ(alloc::stats().cached_bytes, 0u);
+}
+
+// MOE_ALLOC_CACHE_MIB=0: every block is the C library's; a block acquired
+// before the switch still returns to the pool it came from.
+TEST(Allocator, CapZeroUsesTheCLibraryAndEarlierBlocksStillReturnHome) {
+  size_t old = alloc::set_cap_for_testing(64 * kMiB);
+  const size_t live_before = alloc::stats().live_bytes;
+  void* ours = alloc::acquire(2 * kMiB, 64);
+  const alloc::Stats s0 = alloc::stats();
+  alloc::set_cap_for_testing(0);
+  void* theirs = alloc::acquire(2 * kMiB, 64);
+  ASSERT_NE(theirs, nullptr);
+  EXPECT_EQ(alloc::stats().live_bytes, s0.live_bytes);  // not counted as ours
+  std::memset(theirs, 3, 2 * kMiB);
+  alloc::release(theirs, 2 * kMiB);
+  alloc::release(ours, 2 * kMiB);
+  EXPECT_EQ(alloc::stats().live_bytes, live_before);
+  alloc::set_cap_for_testing(old);
+  alloc::release_cached();
+}
+
+TEST(Allocator, TensorAccountingIsUnchanged) {
+  const TensorMemoryStats before = tensor_memory_stats();
+  {
+    Tensor t = Tensor::empty(DType::f32, {1024, 1024});  // 4 MiB: the large path
+    Tensor u = Tensor::empty(DType::f32, {10});          // small path
+    EXPECT_EQ(tensor_memory_stats().current_bytes, before.current_bytes + 4 * int64_t(kMiB) + 64);
+  }
+  EXPECT_EQ(tensor_memory_stats().current_bytes, before.current_bytes);
+}
+
+#ifdef MOE_TEST_ASAN
+TEST(Allocator, CachedBlocksArePoisonedUnderAsan) {
+  CapScope cap(64 * kMiB);
+  char* p = static_cast<char*>(alloc::acquire(2 * kMiB, 64));
+  EXPECT_FALSE(__asan_address_is_poisoned(p + 100));
+  EXPECT_FALSE(__asan_address_is_poisoned(p + 2 * kMiB - 1));
+  EXPECT_TRUE(__asan_address_is_poisoned(p + 2 * kMiB)) << "an overrun past the block must be reported";
+  alloc::release(p, 2 * kMiB);
+  EXPECT_TRUE(__asan_address_is_poisoned(p + 100));
+  char* q = static_cast<char*>(alloc::acquire(2 * kMiB, 64));
+  ASSERT_EQ(q, p);
+  EXPECT_FALSE(__asan_address_is_poisoned(q + 100));
+  alloc::release(q, 2 * kMiB);
+}
+#endif
+
+// Several threads acquire, fill, check and release blocks, and hand some to
+// another thread to release (as a tensor released by torch on any thread).
+TEST(Allocator, ConcurrentThreadsAcquireAndReleaseSafely) {
+  CapScope cap(64 * kMiB);
+  const alloc::Stats s0 = alloc::stats();
+  constexpr int kThreads = 4, kIters = 300;
+  std::mutex mu;
+  std::deque<std::pair<void*, size_t>> handoff;
+  std::atomic<int> bad{0};
+  auto worker = [&](int id) {
+    std::mt19937 rng(id);
+    for (int i = 0; i < kIters; ++i) {
+      const size_t n = kMiB + (rng() % 8) * 256 * 1024 + (rng() % 2 ? 0 : 4096);
+      auto* p = static_cast<unsigned char*>(alloc::acquire(n, 64));
+      if (!p) {
+        ++bad;
+        continue;
+      }
+      std::memset(p, id + 1, 4096);
+      p[n - 1] = static_cast<unsigned char>(id + 1);
+      std::this_thread::yield();
+      if (p[0] != id + 1 || p[4095] != id + 1 || p[n - 1] != id + 1) ++bad;
+      std::pair<void*, size_t> other{nullptr, 0};
+      {
+        std::lock_guard<std::mutex> lk(mu);
+        handoff.emplace_back(p, n);
+        if (handoff.size() > 3) other = handoff.front(), handoff.pop_front();
+      }
+      if (other.first) alloc::release(other.first, other.second);
+      (void)alloc::stats();
+    }
+  };
+  std::vector<std::thread> ts;
+  for (int t = 0; t < kThreads; ++t) ts.emplace_back(worker, t);
+  for (auto& t : ts) t.join();
+  for (auto& [p, n] : handoff) alloc::release(p, n);
+  EXPECT_EQ(bad.load(), 0);
+  const alloc::Stats s1 = alloc::stats();
+  EXPECT_EQ(s1.live_bytes, s0.live_bytes);
+  EXPECT_LE(s1.cached_bytes, 64 * kMiB);
+  EXPECT_EQ(s1.hits + s1.grown + s1.misses - s0.hits - s0.grown - s0.misses, uint64_t(kThreads) * kIters);
+}
+
+}  // namespace
+}  // namespace moe
