@@ -89,9 +89,13 @@ class _MoEFunction(_torch.autograd.Function):
         if ctx.state is None:
             raise MoeError("MoELayer: backward ran twice through one forward (retain_graph is not supported)")
         state, ctx.state = ctx.state, None
-        dx, grads = ctx.layer._engine.backward(state, _view(dy), float(dlb), float(dz))
+        acc = ctx.layer._accumulation_buffers()
+        dx, grads = ctx.layer._engine.backward(state, _view(dy), float(dlb), float(dz), acc or {})
         out = [None, _from_dlpack(dx)]
         for name, dt in zip(ctx.layer._spec_names, ctx.param_dtypes):
+            if acc:  # the engine added into every .grad in place: nothing for autograd to add
+                out.append(None)
+                continue
             g = _from_dlpack(grads[name])
             out.append(g if g.dtype == dt else g.to(dt))
         return tuple(out)
@@ -108,11 +112,16 @@ class MoELayer(_torch.nn.Module):
     Parameters start as the engine's init_weights(seed) (the same values `moe init --seed` writes).
     distributed: None runs the distributed layer when the job has several ranks (mpirun) or a
     parallelism key is not 1; False forces the single-process layer on this rank.
+    accumulate_grads: when every parameter already has a float32 .grad (micro-batch 2 onwards of
+    gradient accumulation), the engine's backward adds into those buffers in place (the same f32
+    sums as autograd's grad += g) instead of returning a second full set of gradients; parameter
+    hooks then do not see that step's gradient (docs/python.md). Single-process layer only.
     """
 
     def __init__(self, num_experts, num_experts_per_tok, emb_dim, moe_mlp_dim, dtype=_torch.bfloat16,
-                 distributed=None, **config):
+                 distributed=None, accumulate_grads=False, **config):
         super().__init__()
+        self.accumulate_grads = accumulate_grads
         keys = dict(num_experts=num_experts, num_experts_per_tok=num_experts_per_tok, emb_dim=emb_dim,
                     moe_mlp_dim=moe_mlp_dim, dtype=dtype, **config)
         overrides = [f"{k}={_config_value(k, v)}" for k, v in keys.items()]
@@ -135,6 +144,19 @@ class MoELayer(_torch.nn.Module):
 
     def _params(self):
         return [getattr(self, _PARAM_NAMES[n]) for n in self._spec_names]
+
+    def _accumulation_buffers(self):
+        """SPEC name -> .grad of every parameter when the engine can add into them in place, else None."""
+        if not self.accumulate_grads or self.distributed:
+            return None
+        bufs = {}
+        for name, p in zip(self._spec_names, self._params()):
+            g = p.grad
+            if (g is None or g.dtype != _torch.float32 or g.shape != p.shape or not g.is_contiguous()
+                    or g.requires_grad or g.device.type != "cpu"):
+                return None
+            bufs[name] = g
+        return bufs
 
     def _param_views(self, params):
         views = {}

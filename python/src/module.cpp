@@ -48,13 +48,14 @@ py::tuple forward(const EngineLayer& l, const py::dict& params, const py::handle
 }
 
 py::tuple backward(const EngineLayer& l, std::shared_ptr<ForwardState>& st, const py::handle& dy, double cot_lb,
-                   double cot_z) {
+                   double cot_z, const py::dict& accumulate) {
   if (!st) fail("MoELayer: backward: no forward state (the forward ran without gradients)");
   Tensor dyt = from_dlpack(dy, "MoELayer: dy");
+  TensorDict acc = dict_in(accumulate, "MoELayer: gradient");
   std::pair<Tensor, TensorDict> g;
   {
     py::gil_scoped_release nogil;
-    g = l.backward(*st, dyt, AuxCotangents{cot_lb, cot_z});
+    g = l.backward(*st, dyt, AuxCotangents{cot_lb, cot_z}, acc);
     // The activations go now, not when Python drops the state object.
     st->local.reset();
     st->dist.reset();
@@ -144,5 +145,6 @@ PYBIND11_MODULE(_moe_engine, m) {
         return dict_out(l.shard(full));
       })
       .def("forward", &forward, py::arg("params"), py::arg("x"), py::arg("keep_state"))
-      .def("backward", &backward, py::arg("state"), py::arg("dy"), py::arg("cot_load_balance"), py::arg("cot_z_loss"));
+      .def("backward", &backward, py::arg("state"), py::arg("dy"), py::arg("cot_load_balance"), py::arg("cot_z_loss"),
+           py::arg("accumulate") = py::dict());
 }
