@@ -96,4 +96,20 @@ struct AuxCotangents {
 LayerGrads layer_backward(const Config& cfg, const LayerForward& fwd, const Tensor& dy,
                           const AuxCotangents& aux = {});
 
+// How a backward may use memory (docs/architecture.md, "Memory of one step"). Every option gives
+// the same bits as the plain backward above.
+struct BackwardOptions {
+  // Drop each saved tensor of the forward, and the weights' compute-dtype copies, as soon as the
+  // backward has used it (before the weight gradients are allocated): `fwd` cannot be used again.
+  bool release_saved = false;
+  // Gradient accumulation in place: add this step's weight gradients into these f32 tensors (every
+  // weight the config uses, in the weights' shapes) instead of returning new ones; each element
+  // becomes acc + g, the f32 sum an optimizer's `grad += g` gives. The expert gradients go through
+  // a scratch of at most an eighth of the experts, not a second full set. The returned
+  // LayerGrads::weights are these same tensors.
+  LayerWeights* accumulate = nullptr;
+};
+LayerGrads layer_backward(const Config& cfg, LayerForward& fwd, const Tensor& dy, const AuxCotangents& aux,
+                          const BackwardOptions& opts);
+
 }  // namespace moe

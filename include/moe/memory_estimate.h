@@ -23,6 +23,35 @@ struct MemoryEstimate {
   std::string describe() const;  // "weights X, training state Y, activations Z, buffers W (GiB)"
 };
 
+// The analytic minimum of one layer's forward + backward on one process, term by term
+// (docs/architecture.md, "Memory of one step"): what a step cannot do without, each tensor
+// counted once. `moe bench`, `moe train` and the Python layer print their measured peak next to it.
+struct StepMinimum {
+  long double weights = 0;  // stored weights: experts in weight_dtype, the router in router_dtype
+  long double weight_copies =
+      0;  // the experts' compute-dtype copies (0 when stored in it), the router's f32 copy
+  long double gradients = 0;  // the f32 gradient of every weight
+  long double saved = 0;  // what the backward reads from the forward (router input and outputs, xs, h, a, ys)
+  long double step_io = 0;    // the step's own inputs and outputs: x, y, dy and dx
+  long double comm = 0;       // communication buffers (0 on one process)
+  long double optimizer = 0;  // moe train: AdamW m and v and the teacher's parameters (f32)
+  long double total() const {
+    return weights + weight_copies + gradients + saved + step_io + comm + optimizer;
+  }
+  // "weights 1.5 MiB + copies 0 + gradients 3 MiB + saved 2 MiB + io 1 MiB + comm 0 = 7.5 MiB"
+  std::string describe() const;
+};
+
+// tokens: T of the step; x_dtype / dy_dtype: the dtypes the caller passes x and dy in; router_dtype:
+// the stored router's dtype. Routed rows: T * K (dropless; capacity drops only lower them).
+StepMinimum step_minimum(const Config& c, int64_t tokens, DType x_dtype, DType router_dtype = DType::f32);
+
+// moe train's step on one rank (num_layers blocks, tokens of this rank): f32 parameters (router,
+// local experts, norm scale), their gradients, AdamW m and v and the teacher, every layer's
+// compute-dtype expert copies and saved tensors (plus the norm's and the stack's own), and the
+// distributed layer's buffers (estimate_memory's).
+StepMinimum train_step_minimum(const Config& c, int64_t tokens, int64_t ranks);
+
 // One rank's memory for a step of `tokens` tokens on this rank. ranks: the
 // world's size (for the parallelism keys that are -1; ranks <= 0: unknown, an
 // axis of -1 counts as 1). train_stack: moe train's model (num_layers blocks,

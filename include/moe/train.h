@@ -57,6 +57,10 @@ struct TrainSummary {
   // Which matmul that was and why ("oneDNN f32 matmul (bf16 layer at ...)"; src/bench/dense_baseline.h).
   std::string dense_baseline;
   std::string last_checkpoint;  // "" when none was written
+  // Memory of a step on this rank (docs/training.md): the largest live tensor bytes during any step
+  // (tensor_memory_stats) and the analytic minimum (train_step_minimum), term by term.
+  double step_peak_mib = 0, step_minimum_mib = 0;
+  std::string step_minimum_terms;
 };
 
 // A run stopped because the loss or the gradients became non-finite. The

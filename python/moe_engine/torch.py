@@ -260,6 +260,7 @@ class _MoEFunction(_torch.autograd.Function):
     def forward(ctx, layer, engine, compute, x, *params):
         out = engine.forward(layer._param_views(params), _view(x), True)
         y, lb, z, group_sizes, topk_idx, topk_weights, dropped, nonfinite, state = out
+        ctx.layer = layer
         ctx.engine = engine
         ctx.state = state
         ctx.aux_box = layer.__dict__.pop("_aux_box", None)  # reentrant checkpoint's recompute
@@ -282,9 +283,13 @@ class _MoEFunction(_torch.autograd.Function):
         state = ctx.state
         if not ctx.keep_state:
             ctx.state = None
-        dx, grads = ctx.engine.backward(state, _view(dy), *_aux_cotangents(ctx, dlb, dz))
+        acc = ctx.layer._accumulation_buffers() if not ctx.keep_state else None  # f32 buffers only
+        dx, grads = ctx.engine.backward(state, _view(dy), *_aux_cotangents(ctx, dlb, dz), acc or {})
         out = [None, None, None, _from_dlpack(dx)]
         for name, dt in zip(ctx.spec_names, ctx.param_dtypes):
+            if acc:  # the engine added into every .grad in place: nothing for autograd to add
+                out.append(None)
+                continue
             g = _from_dlpack(grads[name])
             out.append(g if g.dtype == dt else g.to(dt))
         return tuple(out)
@@ -304,11 +309,16 @@ class MoELayer(_torch.nn.Module):
     Parameters start as the engine's init_weights(seed) (the same values `moe init --seed` writes).
     distributed: None runs the distributed layer when the job has several ranks (mpirun) or a
     parallelism key is not 1; False forces the single-process layer on this rank.
+    accumulate_grads: when every parameter already has a float32 .grad (micro-batch 2 onwards of
+    gradient accumulation), the engine's backward adds into those buffers in place (the same f32
+    sums as autograd's grad += g) instead of returning a second full set of gradients; parameter
+    hooks then do not see that step's gradient (docs/python.md). Single-process layer only.
     """
 
     def __init__(self, num_experts, num_experts_per_tok, emb_dim, moe_mlp_dim, dtype=None,
-                 distributed=None, **config):
+                 distributed=None, accumulate_grads=False, **config):
         super().__init__()
+        self.accumulate_grads = accumulate_grads
         keys = dict(num_experts=num_experts, num_experts_per_tok=num_experts_per_tok, emb_dim=emb_dim,
                     moe_mlp_dim=moe_mlp_dim, **config)
         if dtype is not None:
@@ -432,6 +442,19 @@ class MoELayer(_torch.nn.Module):
 
     def _params(self):
         return [getattr(self, _PARAM_NAMES[n]) for n in self._spec_names]
+
+    def _accumulation_buffers(self):
+        """SPEC name -> .grad of every parameter when the engine can add into them in place, else None."""
+        if not self.accumulate_grads or self.distributed:
+            return None
+        bufs = {}
+        for name, p in zip(self._spec_names, self._params()):
+            g = p.grad
+            if (g is None or g.dtype != _torch.float32 or g.shape != p.shape or not g.is_contiguous()
+                    or g.requires_grad or g.device.type != "cpu"):
+                return None
+            bufs[name] = g
+        return bufs
 
     def _param_views(self, params):
         views = {}

@@ -11,7 +11,8 @@ __all__ = ["MoELayer"]
 _Aux = Dict[str, Union[torch.Tensor, int]]
 
 class MoELayer(torch.nn.Module):
-    config: Dict[str, Union[int, float, bool, str]]
+    config: Dict[str, Union[int, float, bool, str, None]]
+    accumulate_grads: bool
     router: torch.nn.Parameter
     wo: torch.nn.Parameter
     # wi_0 and wi_1, or wi with prefuse_moe_weights=True
@@ -27,6 +28,7 @@ class MoELayer(torch.nn.Module):
         moe_mlp_dim: int,
         dtype: Optional[torch.dtype] = ...,
         distributed: Optional[bool] = ...,
+        accumulate_grads: bool = ...,
         **config: Any,
     ) -> None: ...
     @property

@@ -150,12 +150,18 @@ ForwardResult EngineLayer::forward(const std::map<std::string, Tensor>& params, 
   return r;
 }
 
-std::pair<Tensor, std::map<std::string, Tensor>> EngineLayer::backward(const ForwardState& st, const Tensor& dy,
-                                                                       const AuxCotangents& aux) const {
+std::pair<Tensor, std::map<std::string, Tensor>> EngineLayer::backward(
+    const ForwardState& st, const Tensor& dy, const AuxCotangents& aux,
+    const std::map<std::string, Tensor>& accumulate) const {
   if (!st.local && !st.dist) fail("MoELayer: backward: the forward state was already used or not kept");
+  if (dist_ && !accumulate.empty()) fail("MoELayer: accumulating gradients in place needs the single-process layer");
+  // An f64 layer keeps its saved tensors for another backward (retain_graph: gradcheck).
+  BackwardOptions opts{.release_saved = cfg_.dtype != DType::f64};
+  LayerWeights acc;
+  if (!accumulate.empty()) acc = weights_of(accumulate), opts.accumulate = &acc;
   LayerGrads g;
   collectively([&] {
-    g = dist_ ? dist_->backward(*st.dist, dy, aux) : layer_backward(cfg_, *st.local, dy, aux);
+    g = dist_ ? dist_->backward(*st.dist, dy, aux) : layer_backward(cfg_, *st.local, dy, aux, opts);
   });
   std::map<std::string, Tensor> grads;
   g.weights.for_each(cfg_, [&](const std::string& n, const Tensor& t) { grads[n] = t; });

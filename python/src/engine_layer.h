@@ -61,9 +61,13 @@ class EngineLayer {
 
   // x: [T, D] this rank's tokens; params: this rank's parameters by SPEC name.
   ForwardResult forward(const std::map<std::string, Tensor>& params, const Tensor& x, bool keep_state) const;
-  // dx (x's dtype) and f32 parameter gradients by SPEC name (f64 for an f64 layer).
+  // dx (x's dtype) and f32 parameter gradients by SPEC name (f64 for an f64 layer). The
+  // single-process layer frees its saved tensors as it goes (the state is used once; an f64 layer
+  // keeps them); `accumulate` (optional, single-process only): f32 gradients of every parameter to
+  // add this step's into in place (BackwardOptions::accumulate), returned as the gradients.
   std::pair<Tensor, std::map<std::string, Tensor>> backward(const ForwardState& st, const Tensor& dy,
-                                                            const AuxCotangents& aux) const;
+                                                            const AuxCotangents& aux,
+                                                            const std::map<std::string, Tensor>& accumulate = {}) const;
 
   // Runs body; in a distributed layer any exception ends the whole job with its message
   // (run_collectively), as the CLI does.

@@ -49,13 +49,14 @@ py::tuple forward(const EngineLayer& l, const py::dict& params, const py::handle
 }
 
 py::tuple backward(const EngineLayer& l, std::shared_ptr<ForwardState>& st, const py::handle& dy, double cot_lb,
-                   double cot_z) {
+                   double cot_z, const py::dict& accumulate) {
   if (!st) fail("MoELayer: backward: no forward state (the forward ran without gradients)");
   Tensor dyt = from_dlpack(dy, "MoELayer: dy");
+  TensorDict acc = dict_in(accumulate, "MoELayer: gradient");
   std::pair<Tensor, TensorDict> g;
   {
     py::gil_scoped_release nogil;
-    g = l.backward(*st, dyt, AuxCotangents{cot_lb, cot_z});
+    g = l.backward(*st, dyt, AuxCotangents{cot_lb, cot_z}, acc);
     // The activations go now, not when Python drops the state object; an f64 layer keeps them for
     // another backward through the same forward (retain_graph: torch.autograd.gradcheck).
     if (l.config().dtype != DType::f64) {
@@ -197,6 +198,8 @@ PYBIND11_MODULE(_moe_engine, m) {
            "engine's forward "
            "of x [T, D]; state (None unless keep_state) is for backward.")
       .def("backward", &backward, py::arg("state"), py::arg("dy"), py::arg("cot_load_balance"),
-           py::arg("cot_z_loss"),
-           "(dx, {SPEC name: gradient}): the engine's backward of one forward's state (used once).");
+           py::arg("cot_z_loss"), py::arg("accumulate") = py::dict(),
+           "(dx, {SPEC name: gradient}): the engine's backward of one forward's state (used once; an f64 "
+           "layer's may be used again). accumulate: {SPEC name: f32 gradient} to add this step's into in "
+           "place (single-process only), returned as the gradients.");
 }

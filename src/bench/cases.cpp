@@ -29,6 +29,53 @@ Case test_problem(std::string name, uint64_t seed, int64_t T, int64_t K, int64_t
   return c;
 }
 
+// A published model's routed experts: D = hidden_size, F = the expert's intermediate size, E routed
+// experts, top-K, from the model's config.json (docs/benchmarks.md lists the fields and what is left out).
+Case model_case(std::string name, std::string desc, std::string source, int64_t T, int64_t D, int64_t F,
+                int64_t E, int64_t K) {
+  Case c = bench_case(std::move(name), std::move(desc), T, D, F, E, K);
+  c.model = true;
+  c.source = std::move(source);
+  return c;
+}
+
+void add_model_cases(std::vector<Case>& v) {
+  v.push_back(model_case("olmoe-1b-7b", "OLMoE-1B-7B experts (64, top-8)",
+                         "allenai/OLMoE-1B-7B-0924 config.json: hidden_size 2048, intermediate_size 1024, "
+                         "num_experts 64, num_experts_per_tok 8",
+                         512, 2048, 1024, 64, 8));
+  v.push_back(
+      model_case("qwen1.5-moe-a2.7b", "Qwen1.5-MoE-A2.7B routed experts (60, top-4; shared expert left out)",
+                 "Qwen/Qwen1.5-MoE-A2.7B config.json: hidden_size 2048, moe_intermediate_size 1408, "
+                 "num_experts 60, num_experts_per_tok 4 (shared_expert_intermediate_size 5632: left out)",
+                 512, 2048, 1408, 60, 4));
+  v.push_back(
+      model_case("deepseek-v2-lite", "DeepSeek-V2-Lite routed experts (64, top-6; 2 shared experts left out)",
+                 "deepseek-ai/DeepSeek-V2-Lite config.json: hidden_size 2048, moe_intermediate_size 1408, "
+                 "n_routed_experts 64, num_experts_per_tok 6 (n_shared_experts 2: left out)",
+                 512, 2048, 1408, 64, 6));
+  v.push_back(model_case("gpt-oss-20b",
+                         "gpt-oss-20b experts (32, top-4; its clamped SwiGLU and biases: silu here)",
+                         "openai/gpt-oss-20b config.json: hidden_size 2880, intermediate_size 2880, "
+                         "num_local_experts 32, num_experts_per_tok 4",
+                         256, 2880, 2880, 32, 4));
+  v.push_back(model_case(
+      "granite-3b-a800m", "Granite-3.0-3B-A800M experts (40, top-8)",
+      "ibm-granite/granite-3.0-3b-a800m-base config.json: hidden_size 1536, intermediate_size 512, "
+      "num_local_experts 40, num_experts_per_tok 8",
+      1024, 1536, 512, 40, 8));
+  v.push_back(model_case(
+      "granite-1b-a400m", "Granite-3.0-1B-A400M experts (32, top-8)",
+      "ibm-granite/granite-3.0-1b-a400m-base config.json: hidden_size 1024, intermediate_size 512, "
+      "num_local_experts 32, num_experts_per_tok 8",
+      1024, 1024, 512, 32, 8));
+  v.push_back(
+      model_case("mixtral-8x7b", "Mixtral-8x7B experts (8, top-2), full size",
+                 "mistralai/Mixtral-8x7B-v0.1 config.json: hidden_size 4096, intermediate_size 14336, "
+                 "num_local_experts 8, num_experts_per_tok 2",
+                 64, 4096, 14336, 8, 2));
+}
+
 std::vector<Case> make_cases() {
   std::vector<Case> v;
   v.push_back(bench_case("seed-mixtral", "the seeds' Mixtral-8x7B micro-bench layer (D 4096, mlp 1024)", 2048,
@@ -44,6 +91,7 @@ std::vector<Case> make_cases() {
   skewed.routing = RoutingKind::forced;
   skewed.skew = 1.0;
   v.push_back(skewed);
+  add_model_cases(v);
   v.push_back(bench_case("tiny", "small and fast (smoke test of the harness)", 64, 64, 32, 8, 2));
   v.push_back(test_problem("base", 0, 64, 8, 16, 64, 0.0));
   v.push_back(test_problem("many_experts", 1, 64, 8, 128, 32, 0.0));
@@ -76,7 +124,14 @@ const std::vector<Case>& all_cases() {
 std::vector<Case> bench_cases() {
   std::vector<Case> v;
   for (const Case& c : all_cases())
-    if (!c.test_problem) v.push_back(c);
+    if (!c.test_problem && !c.model) v.push_back(c);
+  return v;
+}
+
+std::vector<Case> model_cases() {
+  std::vector<Case> v;
+  for (const Case& c : all_cases())
+    if (c.model) v.push_back(c);
   return v;
 }
 

@@ -31,6 +31,10 @@ struct Case {
   double capacity_factor = -1.0;  // -1: dropless
   uint64_t seed = 0;              // weights, inputs and forced routing derive from it
   bool test_problem = false;      // small MaxText-style problem: tests only, not in the default bench
+  // The expert shapes of a published model (docs/benchmarks.md, "Real models"): `source` names the
+  // config the numbers come from. Not in the default bench (heavy on 2 cores): `--case NAME`.
+  bool model = false;
+  std::string source;
 
   // Even E and even D: the split layout applies (SPEC.md §5).
   bool split_capable() const { return E % 2 == 0 && D % 2 == 0; }
@@ -39,8 +43,10 @@ struct Case {
 
 // Every case, bench cases first.
 const std::vector<Case>& all_cases();
-// Cases `moe bench` runs by default: every case that is not a test problem.
+// Cases `moe bench` runs by default: every case that is neither a test problem nor a model.
 std::vector<Case> bench_cases();
+// The published models' expert shapes (model == true), in registry order.
+std::vector<Case> model_cases();
 // Cases small enough for unit tests: `tiny` and the test problems.
 std::vector<Case> small_cases();
 // Throws moe::Error naming `name` and listing the known cases.

@@ -52,7 +52,8 @@ PassTimes time_variant(const Config& cfg, const LayerWeights& w, const CaseInput
     auto fwd = layer_forward(cfg, w, in.x, in.forced(), out);
     double t1 = now_ms();
     p.fwd_peak = std::max(p.fwd_peak, tensor_memory_stats().peak_bytes - before.current_bytes);
-    LayerGrads g = layer_backward(cfg, *fwd, in.dy);
+    // The timed step frees what its backward has used (BackwardOptions::release_saved): same bits.
+    LayerGrads g = layer_backward(cfg, *fwd, in.dy, {}, BackwardOptions{.release_saved = true});
     double t2 = now_ms();
     p.fwd_bwd_peak = std::max(p.fwd_bwd_peak, tensor_memory_stats().peak_bytes - before.current_bytes);
     p.fwd_ms.push_back(t1 - t0);
@@ -71,6 +72,13 @@ struct CaseRun {
   bool bw_measured = false;
   std::map<std::string, StepOutputs> baselines{};
 };
+
+// Bytes of what a step reads that was live before it: the weights and the case's inputs.
+int64_t step_input_bytes(const Config& cfg, const LayerWeights& w, const CaseInputs& in) {
+  int64_t b = int64_t(in.x.nbytes() + in.dy.nbytes() + in.topk_idx.nbytes());
+  w.for_each(cfg, [&](const std::string&, const Tensor& t) { b += int64_t(t.nbytes()); });
+  return b;
+}
 
 BenchResult make_row(const CaseRun& run, const Variant& v, bool with_bwd, const std::vector<double>& ms,
                      int64_t peak_bytes) {
@@ -124,9 +132,15 @@ void run_variant(CaseRun& run, const Variant& v, std::vector<BenchResult>& rows,
   }
   if (!v.timed) return;
   PassTimes p = time_variant(cfg, w, run.in, run.opts.warmup, run.opts.iters);
+  const int64_t inputs = step_input_bytes(cfg, w, run.in);
   for (bool with_bwd : {false, true}) {
     BenchResult r = make_row(run, v, with_bwd, with_bwd ? p.fwd_bwd_ms : p.fwd_ms,
                              with_bwd ? p.fwd_bwd_peak : p.fwd_peak);
+    r.step_peak_mib = double(inputs + (with_bwd ? p.fwd_bwd_peak : p.fwd_peak)) / kMiB;
+    if (with_bwd) {
+      r.minimum = step_minimum(cfg, run.c.T, run.in.x.dtype(), w.router.dtype());
+      r.peak_over_minimum = r.step_peak_mib / double(r.minimum.total() / kMiB);
+    }
     r.check = check;
     r.check_detail = detail.empty() ? "" : detail + " vs " + v.baseline;
     if (on_result) on_result(r);

@@ -12,6 +12,7 @@
 
 #include "bench/cases.h"
 #include "bench/dense_baseline.h"
+#include "moe/memory_estimate.h"
 
 namespace moe::bench {
 
@@ -19,8 +20,8 @@ struct BenchOptions {
   std::vector<std::string> cases;  // empty: bench_cases()
   DType dtype = DType::bf16;
   std::optional<DType> weight_dtype;  // stored weights; default: the compute dtype
-  int iters = 5;   // timed iterations per variant (>= 1)
-  int warmup = 1;  // untimed iterations after the check run (>= 0)
+  int iters = 5;                      // timed iterations per variant (>= 1)
+  int warmup = 1;                     // untimed iterations after the check run (>= 0)
   uint64_t seed = 0;
 };
 
@@ -40,6 +41,11 @@ struct BenchResult {
   double fraction_of_dense = 0;  // gflops / dense_gflops
   double peak_rss_mib = 0;       // process VmHWM after the variant ran (monotone, process-wide)
   double peak_alloc_mib = 0;     // the pass's own peak live tensor bytes (above what was live before it)
+  // The step's peak: the weights and the inputs it reads plus peak_alloc_mib (docs/benchmarks.md), and
+  // for fwd+bwd the analytic minimum (step_minimum, include/moe/memory_estimate.h) term by term.
+  double step_peak_mib = 0;
+  StepMinimum minimum{};                      // fwd+bwd rows only (zero for fwd)
+  double peak_over_minimum = 0;               // step_peak_mib / minimum (fwd+bwd rows)
   double permute_gbps = 0, combine_gbps = 0;  // the variant's permute / combine kernel alone
   double memcpy_gbps = 0;
   double permute_fraction_of_memcpy = 0, combine_fraction_of_memcpy = 0;

@@ -7,7 +7,9 @@
 
 namespace moe::bench {
 namespace {
-constexpr const char* kRowFormat = "%-18s %-9s %-5s %-8s %-5s %10s %10s %10s %9s %9s %6s %9s %9s %9s %9s\n";
+constexpr const char* kRowFormat =
+    "%-18s %-9s %-5s %-8s %-5s %10s %10s %10s %9s %9s %6s %9s %9s %9s %9s %9s %9s %6s\n";
+constexpr double kMiB = 1024.0 * 1024.0;
 
 nlohmann::ordered_json isa_names(const std::vector<Isa>& levels) {
   nlohmann::ordered_json a = nlohmann::ordered_json::array();
@@ -26,7 +28,7 @@ std::string format_table_header() {
   char buf[512];
   std::snprintf(buf, sizeof buf, kRowFormat, "case", "variant", "dtype", "pass", "check", "median_ms",
                 "min_ms", "max_ms", "GFLOP/s", "dense", "frac", "alloc_MiB", "rss_MiB", "perm_GB/s",
-                "comb_GB/s");
+                "comb_GB/s", "step_MiB", "min_MiB", "x_min");
   return buf;
 }
 
@@ -42,8 +44,11 @@ std::string format_table_row(const BenchResult& r) {
                 num(r.max_ms, 3).c_str(), num(r.gflops, 2).c_str(), num(r.dense_gflops, 2).c_str(),
                 num(r.fraction_of_dense, 2).c_str(), num(r.peak_alloc_mib, 1).c_str(),
                 num(r.peak_rss_mib, 0).c_str(), num(r.permute_gbps, 2).c_str(),
-                num(r.combine_gbps, 2).c_str());
+                num(r.combine_gbps, 2).c_str(), num(r.step_peak_mib, 1).c_str(),
+                r.minimum.total() > 0 ? num(double(r.minimum.total() / kMiB), 1).c_str() : "-",
+                r.minimum.total() > 0 ? num(r.peak_over_minimum, 2).c_str() : "-");
   std::string s = buf;
+  if (r.minimum.total() > 0) s += "  minimum: " + r.minimum.describe() + "\n";
   if (!r.check_detail.empty()) s += "  FAIL: " + r.check_detail + "\n";
   return s;
 }
@@ -61,6 +66,16 @@ std::string results_json(const std::vector<BenchResult>& results) {
     j["check"] = r.check;
     if (!r.check_detail.empty()) j["check_detail"] = r.check_detail;
     j["peak_alloc_mib"] = r.peak_alloc_mib;
+    j["step_peak_mib"] = r.step_peak_mib;
+    if (r.minimum.total() > 0) {
+      const StepMinimum& m = r.minimum;
+      j["minimum_mib"] = {
+          {"weights", double(m.weights / kMiB)},     {"weight_copies", double(m.weight_copies / kMiB)},
+          {"gradients", double(m.gradients / kMiB)}, {"saved", double(m.saved / kMiB)},
+          {"io", double(m.step_io / kMiB)},          {"comm", double(m.comm / kMiB)},
+          {"total", double(m.total() / kMiB)}};
+      j["peak_over_minimum"] = r.peak_over_minimum;
+    }
     j["flops"] = r.flops, j["iters"] = r.iters;
     j["shape"] = {{"T", r.T}, {"D", r.D}, {"F", r.F}, {"E", r.E}, {"K", r.K}};
     j["permute_gbps"] = r.permute_gbps, j["combine_gbps"] = r.combine_gbps, j["memcpy_gbps"] = r.memcpy_gbps;

@@ -62,6 +62,43 @@ std::string MemoryEstimate::describe() const {
   return s;
 }
 
+std::string StepMinimum::describe() const {
+  auto mib = [](long double b) {
+    std::ostringstream os;
+    os.setf(std::ios::fixed);
+    os.precision(1);
+    os << b / (1024.0L * 1024.0L) << " MiB";
+    return os.str();
+  };
+  return "weights " + mib(weights) + " + copies " + mib(weight_copies) + " + gradients " + mib(gradients) +
+         " + saved " + mib(saved) + " + io " + mib(step_io) + " + comm " + mib(comm) +
+         (optimizer > 0 ? " + optimizer/teacher " + mib(optimizer) : std::string()) + " = " + mib(total());
+}
+
+StepMinimum step_minimum(const Config& c, int64_t tokens, DType x_dtype, DType router_dtype) {
+  StepMinimum m;
+  const LD T = LD(std::max<int64_t>(tokens, 0)), K = LD(c.num_experts_per_tok), E = LD(c.num_experts),
+           D = LD(c.emb_dim), F = LD(c.moe_mlp_dim);
+  const LD s = LD(dtype_size(c.dtype)), sw = LD(dtype_size(c.weight_dtype)),
+           sr = LD(dtype_size(router_dtype));
+  const LD sx = LD(dtype_size(x_dtype));
+  const LD R = T * K;
+  const LD experts = E * 3 * D * F;  // wi_0 + wi_1 (or wi) + wo
+  m.weights = experts * sw + E * D * sr;
+  m.weight_copies =
+      (sw != s || c.weight_dtype != c.dtype ? experts * s : 0) + (router_dtype != DType::f32 ? E * D * 4 : 0);
+  m.gradients = (experts + E * D) * 4;
+  // The router's f32 input (x itself when x is f32 and the compute dtype is f32), logits and scores,
+  // top-k ids, scores and weights; the permuted rows xs, the up projection h [R, 2F], the gated a
+  // [R, F] and the expert outputs ys [R, D].
+  const bool x_is_router_input = x_dtype == DType::f32 && c.dtype == DType::f32;
+  m.saved = (x_is_router_input ? 0 : T * D * 4) + 2 * T * E * 4 + 3 * T * K * 4 + R * D * s + R * 2 * F * s +
+            R * F * s + R * D * s;
+  // x and dy as given, y in the compute dtype, dx (f32).
+  m.step_io = T * D * sx * 2 + T * D * s + T * D * 4;
+  return m;
+}
+
 uint64_t physical_memory_bytes() {
   const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
   return pages > 0 && page > 0 ? uint64_t(pages) * uint64_t(page) : 0;
@@ -79,8 +116,8 @@ MemoryEstimate estimate_memory(const Config& c, int64_t tokens, int64_t ranks, b
   const LD T = LD(std::max<int64_t>(tokens, 0)), K = LD(c.num_experts_per_tok), E = LD(c.num_experts),
            D = LD(c.emb_dim), F = LD(c.moe_mlp_dim), ep = LD(ax.expert);
   const LD s = LD(dtype_size(c.dtype)), sw = LD(dtype_size(c.weight_dtype));
-  const LD El = std::ceil(E / ep);                                // experts this rank computes
-  const LD R = T * K;                                             // routed rows of this rank's tokens
+  const LD El = std::ceil(E / ep);  // experts this rank computes
+  const LD R = T * K;               // routed rows of this rank's tokens
   const bool ring = c.use_ring_of_experts && ax.expert > 1;
   const bool a2a = !c.use_ring_of_experts && ax.expert > 1;
   // Rows the FFN runs on: the all-to-all's receive buffer (ragged_buffer_rows in src/comm/ep_plan.cpp:
@@ -140,6 +177,27 @@ MemoryEstimate estimate_memory(const Config& c, int64_t tokens, int64_t ranks, b
     // parameters (router, local experts, norm scale; src/train/step.cpp).
     m.train_state = 5 * layers * (expert_weights * 4 + E * D * 4 + D * 4);
   }
+  return m;
+}
+
+StepMinimum train_step_minimum(const Config& c, int64_t tokens, int64_t ranks) {
+  const Axes ax = resolve_axes(c, ranks);
+  Config local = c;
+  local.num_experts = int64_t(std::ceil(LD(c.num_experts) / LD(ax.expert)));  // this rank's experts
+  local.weight_dtype = DType::f32;                                            // the f32 parameters
+  const StepMinimum one = step_minimum(local, tokens, DType::f32, DType::f32);
+  const LD L = LD(std::max<int64_t>(c.num_layers, 1)), T = LD(std::max<int64_t>(tokens, 0)),
+           D = LD(c.emb_dim);
+  StepMinimum m;
+  m.weights = L * (one.weights + D * 4);  // + the norm scale
+  m.weight_copies = L * one.weight_copies;
+  m.gradients = L * (one.gradients + D * 4);
+  // Every layer's saved tensors (router scores etc. use the full E: the router is replicated) and its
+  // norm's input, f32 output and 1/rms (src/train/rmsnorm.cpp).
+  m.saved = L * (step_minimum(c, tokens, DType::f32).saved + 2 * T * D * 4 + T * 4);
+  m.step_io = 4 * T * D * 4;    // the inputs, the teacher's target, the residual stream, the loss gradient
+  m.optimizer = 3 * m.weights;  // AdamW m and v, the teacher
+  m.comm = estimate_memory(c, tokens, ranks, true).buffers;
   return m;
 }
 

@@ -122,7 +122,8 @@ FfnActivations ffn_forward(const Config& cfg, const FfnWeights& w, const Tensor&
 }
 
 Tensor ffn_backward_data(const Config& cfg, const FfnWeights& w, const Tensor& xs, const FfnActivations& act,
-                         const Tensor& dys, const GroupLayout& g, FfnGradInputs& keep) {
+                         const Tensor& dys, const GroupLayout& g, FfnGradInputs& keep,
+                         const FfnRelease& rel) {
   const int64_t R = xs.dim(0), F = cfg.moe_mlp_dim, D = cfg.emb_dim;
   const DType dt = cfg.dtype;
   const int64_t rows = local_rows(w, g);
@@ -131,43 +132,88 @@ Tensor ffn_backward_data(const Config& cfg, const FfnWeights& w, const Tensor& x
   keep.dys = dys;
   Tensor da = rows_tensor(dt, R, F, rows);
   gmm_dlhs(dys, w.wo, g, 0, da);
+  if (rel.w) rel.w->wo = Tensor();
   Tensor dxs = rows_tensor(dt, R, D, rows);
   if (w.prefused) {
     keep.dh = rows_tensor(dt, R, 2 * F, rows);
     gated_act_backward(cfg.mlp_activation, {act.h, 0, 2 * F}, {act.h, F, 2 * F}, da, rows, F,
                        {keep.dh, 0, 2 * F}, {keep.dh, F, 2 * F});
+    da = Tensor();
+    if (rel.act) rel.act->h = Tensor();
     dlhs_fused(w, keep.dh, g, dxs);
+    if (rel.w) rel.w->wi = rel.w->wi_lo = rel.w->wi_hi = Tensor();
     return dxs;
   }
   keep.dh0 = rows_tensor(dt, R, F, rows);
   keep.dh1 = rows_tensor(dt, R, F, rows);
   gated_act_backward(cfg.mlp_activation, {act.h0, 0, F}, {act.h1, 0, F}, da, rows, F, {keep.dh0, 0, F},
                      {keep.dh1, 0, F});
+  da = Tensor();
+  if (rel.act) rel.act->h0 = rel.act->h1 = Tensor();
   const DType acc = dt == DType::f64 ? DType::f64 : DType::f32;
   Tensor p0 = rows_tensor(acc, R, D, rows), p1 = rows_tensor(acc, R, D, rows);
   gmm_dlhs(keep.dh0, w.wi_0, g, 0, p0);
   gmm_dlhs(keep.dh1, w.wi_1, g, 0, p1);
+  if (rel.w) rel.w->wi_0 = rel.w->wi_1 = Tensor();
   add_round(p0, p1, dxs);
   return dxs;
 }
 
-void ffn_weight_grads(const FfnWeights& w, const FfnGradInputs& in, const GroupLayout& g, LayerWeights& grads) {
-  const int64_t El = w.wo.dim(0), F = w.wo.dim(1), D = w.wo.dim(2);
-  const DType acc = in.dys.dtype() == DType::f64 ? DType::f64 : DType::f32;  // f64 on the double path
-  // gmm_drhs writes every local group (zeros for an empty one): no clearing.
-  grads.wo = Tensor::empty(acc, {El, F, D});
-  gmm_drhs(in.a, in.dys, g, 0, grads.wo);
-  if (w.prefused) {
-    const int64_t E = w.split ? 2 * w.wi_lo.dim(0) : El;
-    Tensor dwi = Tensor::empty(acc, {E, D, 2 * F});
-    drhs_fused(w, in.xs, in.dh, g, dwi);
-    grads.wi = w.split ? dwi.reshaped({2, E, D / 2, 2 * F}) : dwi;
-    return;
+namespace {
+// acc [E, Kc, N] f32 := acc + drhs(lhs, dout) expert chunk by expert chunk.
+void drhs_add(const Tensor& lhs, const Tensor& dout, const GroupLayout& g, Tensor& acc) {
+  const int64_t E = acc.dim(0), chunk = std::max<int64_t>(1, (E + 7) / 8);
+  Tensor scratch = Tensor::empty(DType::f32, {std::min(chunk, E), acc.dim(1), acc.dim(2)});
+  for (int64_t e0 = 0; e0 < E; e0 += chunk) {
+    const int64_t n = std::min(chunk, E - e0);
+    Tensor part = scratch.slice_rows(0, n), dst = acc.slice_rows(e0, e0 + n);
+    gmm_drhs(lhs, dout, g, e0, part);
+    float* d = dst.data<float>();
+    const float* p = part.data<float>();
+    parallel_for(part.numel(), 1 << 14, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) d[i] = d[i] + p[i];
+    });
   }
-  grads.wi_0 = Tensor::empty(acc, {El, D, F});
-  grads.wi_1 = Tensor::empty(acc, {El, D, F});
-  gmm_drhs(in.xs, in.dh0, g, 0, grads.wi_0);
-  gmm_drhs(in.xs, in.dh1, g, 0, grads.wi_1);
+}
+}  // namespace
+
+void ffn_weight_grads_into(const FfnWeights& w, FfnGradInputs& in, const GroupLayout& g, LayerWeights& grads,
+                           bool accumulate, bool release) {
+  // Shapes from the kept rows and E_l, not from the weights (a released backward has dropped them).
+  const int64_t El = w.experts, F = in.a.dim(1), D = in.dys.dim(1);
+  const DType acc = in.dys.dtype() == DType::f64 ? DType::f64 : DType::f32;  // f64 on the double path
+  if (accumulate && acc != DType::f32) fail("layer_backward: accumulate: an f64 layer returns fresh gradients (accumulation is f32 only)");
+  // gmm_drhs writes every local group (zeros for an empty one): no clearing.
+  auto product = [&](const Tensor& lhs, const Tensor& dout, Tensor& out, const Shape& shape) {
+    if (accumulate) return drhs_add(lhs, dout, g, out);
+    out = Tensor::empty(acc, shape);
+    gmm_drhs(lhs, dout, g, 0, out);
+  };
+  product(in.a, in.dys, grads.wo, {El, F, D});
+  if (release) in.a = in.dys = Tensor();
+  if (w.prefused) {
+    // The split layout's gradient [2, E, D/2, 2F] is a reshape of [E, D, 2F]: each half's experts are
+    // rows [0, E/2) and [E/2, E), and gmm_drhs of a group depends only on its rows.
+    Tensor dwi;
+    if (accumulate) {
+      dwi = grads.wi.reshaped({El, D, 2 * F});
+      drhs_add(in.xs, in.dh, g, dwi);
+    } else {
+      dwi = Tensor::empty(acc, {El, D, 2 * F});
+      drhs_fused(w, in.xs, in.dh, g, dwi);
+    }
+    grads.wi = w.split ? dwi.reshaped({2, El, D / 2, 2 * F}) : dwi;
+  } else {
+    product(in.xs, in.dh0, grads.wi_0, {El, D, F});
+    product(in.xs, in.dh1, grads.wi_1, {El, D, F});
+  }
+  if (release) in.xs = in.dh = in.dh0 = in.dh1 = Tensor();
+}
+
+void ffn_weight_grads(const FfnWeights& w, const FfnGradInputs& in, const GroupLayout& g,
+                      LayerWeights& grads) {
+  FfnGradInputs rows = in;
+  ffn_weight_grads_into(w, rows, g, grads, /*accumulate=*/false, /*release=*/false);
 }
 
 Tensor ffn_backward(const Config& cfg, const FfnWeights& w, const Tensor& xs, const FfnActivations& act,

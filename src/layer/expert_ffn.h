@@ -41,7 +41,8 @@ struct FfnActivations {
 
 // xs: [R, D] dtype; E_l = w.experts local experts (groups may list more:
 // only the first E_l are computed). Rows past them in every output are zero.
-FfnActivations ffn_forward(const Config& cfg, const FfnWeights& w, const Tensor& xs, const GroupLayout& groups);
+FfnActivations ffn_forward(const Config& cfg, const FfnWeights& w, const Tensor& xs,
+                           const GroupLayout& groups);
 
 // What the weight gradients need from one backward: the GEMM inputs and the
 // output gradients, row for row (dh is [R, 2F] prefused, else dh0/dh1 [R, F]).
@@ -49,14 +50,33 @@ struct FfnGradInputs {
   Tensor xs, a, dys, dh, dh0, dh1;
 };
 
+// Where the data backward may drop what it has used (the layer's release_saved): the compute-dtype
+// weight copies after their last product, the up projection h after the activation's backward.
+// Point them at the same objects passed as `w` and `act`.
+struct FfnRelease {
+  FfnWeights* w = nullptr;
+  FfnActivations* act = nullptr;
+};
+
 // The data part of the backward. dys: [R, D] dtype. Returns dxs [R, D] dtype;
 // fills `keep` with the rows the weight gradients need.
 Tensor ffn_backward_data(const Config& cfg, const FfnWeights& w, const Tensor& xs, const FfnActivations& act,
-                         const Tensor& dys, const GroupLayout& groups, FfnGradInputs& keep);
+                         const Tensor& dys, const GroupLayout& groups, FfnGradInputs& keep,
+                         const FfnRelease& release = {});
+
+// ffn_weight_grads with two memory options. accumulate: add into the existing f32 gradients of
+// `grads` (names and shapes as the weights): g := g + this step's, element by element, each chunk
+// of experts computed into a scratch of at most ceil(E_l/8) experts (gmm_drhs of a group depends
+// only on its rows: the bits of ffn_weight_grads, then one f32 add). release: drop in.a and in.dys
+// after the wo gradient, in.xs and dh after wi's. Shapes come from `in` and w.experts, so the
+// weight tensors in `w` may already be released.
+void ffn_weight_grads_into(const FfnWeights& w, FfnGradInputs& in, const GroupLayout& groups,
+                           LayerWeights& grads, bool accumulate, bool release);
 
 // f32 weight gradients (names as LayerWeights; E_l = w.experts experts)
 // from the kept rows: dwo = a^T dys, dwi = xs^T dh per group.
-void ffn_weight_grads(const FfnWeights& w, const FfnGradInputs& in, const GroupLayout& groups, LayerWeights& grads);
+void ffn_weight_grads(const FfnWeights& w, const FfnGradInputs& in, const GroupLayout& groups,
+                      LayerWeights& grads);
 
 // Both parts: returns dxs and writes the weight gradients.
 Tensor ffn_backward(const Config& cfg, const FfnWeights& w, const Tensor& xs, const FfnActivations& act,

@@ -93,34 +93,90 @@ LayerForwardPtr layer_forward(const Config& cfg, const LayerWeights& w, const Te
   return f;
 }
 
-LayerGrads layer_backward(const Config& cfg, const LayerForward& f, const Tensor& dy_in, const AuxCotangents& aux) {
+namespace {
+// The accumulation targets: every weight the config uses, f32, in the weight's shape.
+void check_accumulate(const Config& cfg, const LayerWeights& acc) {
+  if (cfg.dtype == DType::f64)
+    fail("layer_backward: accumulate: an f64 layer returns fresh f64 gradients (accumulation is f32 only)");
+  const auto shapes = weight_shapes(cfg);
+  size_t i = 0;
+  acc.for_each(cfg, [&](const std::string& name, const Tensor& t) {
+    const Shape& want = shapes[i++].second;
+    if (t.numel() == 0 && shape_numel(want) != 0)
+      fail("layer_backward: accumulate: gradient '", name, "' is missing (expected f32 ", shape_str(want),
+           ")");
+    if (t.dtype() != DType::f32)
+      fail("layer_backward: accumulate: gradient '", name, "': expected f32, got ", dtype_name(t.dtype()));
+    expect_shape(t, want, "layer_backward: accumulate: gradient '" + name + "'");
+  });
+}
+
+// rel: the same forward state, whose saved tensors may be dropped once used (release_saved);
+// acc: gradients to add into. Without either: today's backward, call for call.
+LayerGrads backward_impl(const Config& cfg, const LayerForward& f, LayerForward* rel, const Tensor& dy_in,
+                         const AuxCotangents& aux, LayerWeights* acc) {
   check_tokens(cfg, dy_in, "dy");
   if (dy_in.dim(0) != f.x.dim(0)) fail("dy: expected ", f.x.dim(0), " tokens like x, got ", dy_in.dim(0));
+  if (acc) check_accumulate(cfg, *acc);
   const Tensor dy = dy_in.to(cfg.dtype);
   const int64_t T = f.x.dim(0), K = cfg.num_experts_per_tok, D = cfg.emb_dim;
+  if (rel) rel->x = Tensor();  // the router keeps its own input; xs holds the permuted rows
   LayerGrads g;
+  if (acc) g.weights = *acc;
   Tensor dys = Tensor::empty(cfg.dtype, {T * K, D});
   Tensor dW = Tensor::empty(acc_dtype(cfg), {T, K});
   {
     TraceScope s(f.trace, "combine_backward", OpEngine::compute);
     combine_backward(cfg.moe_combine_kernel, dy, f.ffn.ys, f.router.topk_weights, f.routing, dys, dW);
   }
+  if (rel) rel->ffn.ys = Tensor();
   Tensor dxs;
   {
     TraceScope s(f.trace, "ffn_backward", OpEngine::compute);
-    dxs = ffn_backward(cfg, f.ffn_w, f.xs, f.ffn, dys, f.routing.groups, g.weights);
+    if (!rel && !acc) {
+      dxs = ffn_backward(cfg, f.ffn_w, f.xs, f.ffn, dys, f.routing.groups, g.weights);
+    } else {
+      FfnGradInputs keep;
+      FfnRelease r;
+      if (rel) r = {&rel->ffn_w, &rel->ffn};
+      dxs = ffn_backward_data(cfg, f.ffn_w, f.xs, f.ffn, dys, f.routing.groups, keep, r);
+      if (rel) {  // keep holds the only references now: the weight gradients drop them as they go
+        dys = Tensor();
+        rel->xs = rel->ffn.a = Tensor();
+      }
+      ffn_weight_grads_into(f.ffn_w, keep, f.routing.groups, g.weights, acc != nullptr, rel != nullptr);
+    }
   }
   g.dx = Tensor::empty(acc_dtype(cfg), {T, D});
   {
     TraceScope s(f.trace, "permute_backward", OpEngine::compute);
     permute_backward(cfg.moe_permute_kernel, dxs, f.routing, g.dx);
   }
+  dxs = Tensor();
   TraceScope s(f.trace, "router_backward", OpEngine::compute);
   Tensor dz = router_weights_backward(cfg, f.router, dW);
   aux_backward(cfg, f.router.logits, f.aux, dz, aux);
-  g.weights.router = Tensor(acc_dtype(cfg), f.router_kernel.shape());
-  router_matmul_backward(f.router.x_f32, f.router_kernel, dz, g.weights.router, g.dx);
+  Tensor drouter(acc_dtype(cfg), f.router_kernel.shape());
+  router_matmul_backward(f.router.x_f32, f.router_kernel, dz, drouter, g.dx);
+  if (acc) {
+    float* a = g.weights.router.data<float>();
+    const float* d = drouter.data<float>();
+    for (int64_t i = 0; i < drouter.numel(); ++i) a[i] = a[i] + d[i];
+  } else {
+    g.weights.router = drouter;
+  }
   return g;
+}
+}  // namespace
+
+LayerGrads layer_backward(const Config& cfg, const LayerForward& f, const Tensor& dy_in,
+                          const AuxCotangents& aux) {
+  return backward_impl(cfg, f, nullptr, dy_in, aux, nullptr);
+}
+
+LayerGrads layer_backward(const Config& cfg, LayerForward& f, const Tensor& dy, const AuxCotangents& aux,
+                          const BackwardOptions& opts) {
+  return backward_impl(cfg, f, opts.release_saved ? &f : nullptr, dy, aux, opts.accumulate);
 }
 
 }  // namespace moe

@@ -52,7 +52,8 @@ void moe_forward(const Config& cfg, const LayerWeights& w, const Tensor& n, cons
 }
 
 LayerGrads moe_backward(const Config& cfg, const LayerExec& exec, BlockCache& c, const Tensor& g) {
-  LayerGrads lg = exec.dist ? exec.dist->backward(*c.dist, g) : layer_backward(cfg, *c.moe, g);
+  LayerGrads lg = exec.dist ? exec.dist->backward(*c.dist, g)
+                            : layer_backward(cfg, *c.moe, g, {}, BackwardOptions{.release_saved = true});
   c.moe.reset();  // free the activations early
   c.dist.reset();
   return lg;

@@ -6,14 +6,15 @@
 #include <filesystem>
 
 #include "bench/dense_baseline.h"
+#include "moe/memory_estimate.h"
 #include "moe/train.h"
-#include "train/timer.h"
 #include "train/checkpoint.h"
 #include "train/metrics.h"
 #include "train/optimizer.h"
 #include "train/placement.h"
 #include "train/step.h"
 #include "train/time_split.h"
+#include "train/timer.h"
 
 namespace moe {
 namespace {
@@ -29,6 +30,7 @@ struct RunTotals {
   double balance_sum = 0;
   int64_t balance_count = 0;
   int64_t tokens = 0;
+  int64_t peak_bytes = 0;  // the largest live tensor bytes during a step
 };
 
 class Run {
@@ -87,6 +89,7 @@ class Run {
     train::PhaseTimes& tm = totals_.times;
     if (CommCounters* c = place_.counters()) c->reset();
     place_.trace().restart();
+    reset_tensor_memory_peak();
     const auto [row0, row1] = place_.rows();
     Tensor x = train::batch_inputs(cfg_, st_.step, row0, row1);
     tm.data += ms_since(t0);
@@ -105,6 +108,7 @@ class Run {
     for (size_t i = 0; i < m.load_max.size(); ++i, ++totals_.balance_count)
       totals_.balance_sum += m.load_mean[i] > 0 ? m.load_max[i] / m.load_mean[i] : 0.0;
     totals_.tokens += cfg_.batch_tokens;
+    totals_.peak_bytes = std::max(totals_.peak_bytes, tensor_memory_stats().peak_bytes);
     return m;
   }
 
@@ -149,6 +153,10 @@ class Run {
     s.load_balance = totals_.balance_count ? totals_.balance_sum / double(totals_.balance_count) : 0;
     s.last_checkpoint = last_ckpt_;
     s.ranks = place_.size();
+    const StepMinimum mem = train_step_minimum(cfg_, tokens_per_rank(cfg_, place_.size()), place_.size());
+    s.step_peak_mib = double(totals_.peak_bytes) / (1024.0 * 1024.0);
+    s.step_minimum_mib = double(mem.total() / (1024.0L * 1024.0L));
+    s.step_minimum_terms = mem.describe();
     if (opt_.measure_dense && s.last_step >= s.first_step) measure_dense(s);
   }
 

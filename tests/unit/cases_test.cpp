@@ -40,6 +40,30 @@ TEST(Cases, RegistryHasTheNamedShapes) {
   }
 }
 
+// The published models' expert shapes (docs/benchmarks.md, "Real models"): the config.json numbers,
+// a source for each, and none of them in the default bench or the unit-test set.
+TEST(Cases, ModelCasesHaveThePublishedShapes) {
+  const std::vector<std::pair<std::string, std::vector<int64_t>>> want{
+      {"olmoe-1b-7b", {2048, 1024, 64, 8}},      {"qwen1.5-moe-a2.7b", {2048, 1408, 60, 4}},
+      {"deepseek-v2-lite", {2048, 1408, 64, 6}}, {"gpt-oss-20b", {2880, 2880, 32, 4}},
+      {"granite-3b-a800m", {1536, 512, 40, 8}},  {"granite-1b-a400m", {1024, 512, 32, 8}},
+      {"mixtral-8x7b", {4096, 14336, 8, 2}}};
+  std::vector<Case> models = bench::model_cases();
+  ASSERT_EQ(models.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    const Case& c = models[i];
+    EXPECT_EQ(c.name, want[i].first);
+    EXPECT_EQ((std::vector<int64_t>{c.D, c.F, c.E, c.K}), want[i].second) << c.name;
+    EXPECT_TRUE(c.model && !c.test_problem) << c.name;
+    EXPECT_NE(c.source.find("config.json"), std::string::npos) << c.name;
+    EXPECT_GT(c.T, 0) << c.name;
+    EXPECT_EQ(c.activation, Activation::silu) << c.name;
+  }
+  for (const Case& c : bench::bench_cases()) EXPECT_FALSE(c.model) << c.name;
+  for (const Case& c : bench::small_cases()) EXPECT_FALSE(c.model) << c.name;
+  for (const auto& [name, shape] : want) EXPECT_EQ(bench::find_case(name).name, name);
+}
+
 TEST(Cases, FlopAndByteCounts) {
   const Case& m = bench::find_case("seed-mixtral");
   const double fwd = 6.0 * 4096 * 4096 * 1024 + 2.0 * 2048 * 4096 * 8;
@@ -138,8 +162,9 @@ INSTANTIATE_TEST_SUITE_P(Registry, SmallCase,
                                             ::testing::Values(DType::bf16, DType::f32),
                                             ::testing::ValuesIn(testing::all_levels())),
                          [](const auto& info) {
-                           std::string n = std::get<0>(info.param).name + "_" + dtype_name(std::get<1>(info.param)) +
-                                           "_" + isa_name(std::get<2>(info.param));
+                           std::string n = std::get<0>(info.param).name + "_" +
+                                           dtype_name(std::get<1>(info.param)) + "_" +
+                                           isa_name(std::get<2>(info.param));
                            std::replace(n.begin(), n.end(), '-', '_');
                            return n;
                          });

@@ -62,6 +62,34 @@ TEST(MemoryEstimate, LayerStepIsCloseToTheMeasuredTensorPeak) {
   }
 }
 
+// step_minimum's terms the layer allocates itself (copies, gradients, saved tensors, y and dx) are a
+// lower bound of the plain backward's measured peak, and within a small factor of it.
+TEST(MemoryEstimate, StepMinimumIsBelowTheMeasuredTensorPeak) {
+  for (const char* variant : {"plain", "bf16", "bf16_f32_masters", "prefused"}) {
+    Config c = layer_config();
+    const std::string v = variant;
+    if (v != "plain") c.dtype = DType::bf16;
+    if (v == "bf16") c.weight_dtype = DType::bf16;
+    if (v == "prefused") c.prefuse_moe_weights = true;
+    const int64_t T = 512;
+    const LayerWeights w = init_weights(c, 1);
+    const Tensor x = testing::uniform({T, c.emb_dim}, 2);
+    const Tensor dy = testing::uniform({T, c.emb_dim}, 3);
+    const TensorMemoryStats before = reset_tensor_memory_peak();
+    {
+      LayerOutputs out;
+      LayerForwardPtr f = layer_forward(c, w, x, nullptr, out);
+      LayerGrads g = layer_backward(c, *f, dy);
+    }
+    const int64_t measured = tensor_memory_stats().peak_bytes - before.current_bytes;
+    const StepMinimum m = step_minimum(c, T, DType::f32, w.router.dtype());
+    const long double own = m.weight_copies + m.gradients + m.saved + m.step_io - 2 * x.nbytes();
+    const double r = ratio(variant, own, measured);
+    EXPECT_LE(r, 1.0) << variant << ": the minimum is above what the layer allocates";
+    EXPECT_GE(r, 0.5) << variant << ": the layer allocates more than twice the minimum";
+  }
+}
+
 TEST(MemoryEstimate, TrainRunIsCloseToTheMeasuredTensorPeak) {
   Config c = train_config({"steps=1", "batch_tokens=512", "emb_dim=128", "moe_mlp_dim=256", "num_layers=3"});
   TrainOptions opt;

@@ -49,7 +49,7 @@ void list_cases() {
   for (const bench::Case& c : bench::all_cases())
     std::printf("%-20s T=%-5lld D=%-5lld F=%-5lld E=%-4lld K=%-2lld %s%s\n", c.name.c_str(), (long long)c.T,
                 (long long)c.D, (long long)c.F, (long long)c.E, (long long)c.K,
-                c.test_problem ? "[test] " : "", c.description.c_str());
+                c.test_problem ? "[test] " : c.model ? "[model] " : "", c.description.c_str());
 }
 
 void run_bench_cmd(const BenchArgs& a) {

@@ -63,6 +63,9 @@ void print_summary(const TrainSummary& s) {
       pct(s.ms_gemm), pct(s.ms_permute_combine), pct(s.ms_router), pct(s.ms_exposed_comm), pct(s.ms_rest));
   std::printf("  expert load     max/mean tokens per expert %.3f (averaged over steps and layers)\n",
               s.load_balance);
+  if (s.step_minimum_mib > 0)
+    std::printf("  step memory     peak %.1f MiB, analytic minimum %.1f MiB (%.2fx): %s\n", s.step_peak_mib,
+                s.step_minimum_mib, s.step_peak_mib / s.step_minimum_mib, s.step_minimum_terms.c_str());
   if (!s.last_checkpoint.empty()) std::printf("  checkpoint      %s\n", s.last_checkpoint.c_str());
 }
 
