@@ -68,6 +68,22 @@ class EngineProxy:
         return getattr(self._e, name)
 
 
+def proxy_engines(layer, timers):
+    """Times every engine a MoELayer calls: it holds one per compute dtype (layer._engines, the
+    first made with the layer, the others on first use through layer._engine_for)."""
+    for dtype, e in list(layer._engines.items()):
+        layer._engines[dtype] = EngineProxy(e, timers)
+    orig = layer._engine_for
+
+    def engine_for(dtype):
+        e = orig(dtype)
+        if not isinstance(e, EngineProxy):
+            e = layer._engines[dtype] = EngineProxy(e, timers)
+        return e
+
+    layer._engine_for = engine_for
+
+
 def time_module(module, key, timers):
     """Forward time of `module` (pre/post hooks)."""
     start = {}
@@ -133,7 +149,7 @@ def profile_example(p, a):
         time_module(b.attn, "attention fwd", timers)
         time_module(b.ffn, "moe call fwd", timers)
         if a.ffn == "engine":
-            b.ffn._engine = EngineProxy(b.ffn._engine, timers)
+            proxy_engines(b.ffn, timers)
     if a.ffn == "engine":
         patch_moe_backward(timers)
     train, _held, _files = util.load_fortunes(a.data_dir, a.heldout_every)
@@ -226,7 +242,7 @@ def profile_layer(p, a):
     T = a.batch * a.seq_len
     layer = engine.torch.MoELayer(num_experts=a.experts, num_experts_per_tok=a.top_k, emb_dim=a.dim,
                                   moe_mlp_dim=a.mlp_dim, dtype=ex.util_dtype(a.dtype), distributed=False)
-    layer._engine = EngineProxy(layer._engine, timers)
+    proxy_engines(layer, timers)
     patch_moe_backward(timers)
     g = torch.Generator().manual_seed(0)
     x0 = torch.randn(T, a.dim, generator=g).to(ex.util_dtype(a.dtype))

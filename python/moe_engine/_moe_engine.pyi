@@ -25,7 +25,12 @@ class EngineLayer:
         self, params: Dict[str, Any], x: Any, keep_state: bool
     ) -> Tuple[Any, float, float, Any, Any, Any, int, Optional[ForwardState]]: ...
     def backward(
-        self, state: ForwardState, dy: Any, cot_load_balance: float, cot_z_loss: float
+        self,
+        state: ForwardState,
+        dy: Any,
+        cot_load_balance: float,
+        cot_z_loss: float,
+        accumulate: Dict[str, Any] = ...,
     ) -> Tuple[Any, Dict[str, Any]]: ...
 
 def launched_by_mpi() -> bool: ...

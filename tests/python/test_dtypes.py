@@ -80,7 +80,7 @@ def test_explicit_dtype_sets_the_output_dtype(compute, xdtype):
 
 
 def test_unsupported_input_dtype_is_a_clear_error():
-    with pytest.raises(MoeError, match=r"x: expected float32, bfloat16 or float64, got torch.float16"):
+    with pytest.raises(MoeError, match=r"x: dtype torch.float16 is not supported \(expected torch.float32 or torch.bfloat16"):
         make_layer()(x_of(torch.float16, requires_grad=False))
 
 

@@ -308,8 +308,8 @@ def test_input_errors_name_the_problem():
         (torch.randn(2, 2, T, D), r"x: expected shape \[T, 32\] or \[B, S, 32\] .*got \[2, 2, 16, 32\] \(4 dims\)"),
         (torch.tensor(1.0), r"x: expected shape .*got \[\] \(0 dims\)"),
         (torch.randn(T, D, device="meta"), r"x: expected a CPU tensor, got device 'meta'"),
-        (torch.randn(T, D, dtype=torch.float64), r"x: dtype torch.float64 is not supported \(expected torch.float32 "
-                                                 r"or torch.bfloat16\)"),
+        (torch.randn(T, D, dtype=torch.float16), r"x: dtype torch.float16 is not supported \(expected torch.float32 "
+                                                 r"or torch.bfloat16 \(or torch.float64"),
         (torch.ones(T, D, dtype=torch.int64), r"x: expected a floating-point tensor .*got torch.int64"),
         (torch.randn(T, D).to_sparse(), r"x: expected a dense \(strided\) tensor, got layout torch.sparse_coo"),
         ([[0.0] * D] * T, r"x: expected a torch.Tensor, got list"),
@@ -335,7 +335,7 @@ def test_second_backward_with_retain_graph_is_a_clear_error():
     y, aux = layer(x)
     loss = y.sum() + aux["load_balance_loss"]
     loss.backward(retain_graph=True)
-    with pytest.raises(MoeError, match=r"backward ran twice through one forward \(retain_graph is not supported\)"):
+    with pytest.raises(MoeError, match=r"backward ran twice through one forward \(retain_graph is supported for float64 only\)"):
         loss.backward()
 
 
