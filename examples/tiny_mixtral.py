@@ -8,7 +8,7 @@ RMSNorm and an output projection. The attention and norms are PyTorch; each bloc
 weights (`--ffn torch`, examples/tiny_mixtral_util.py). The corpus is the Debian `fortunes`
 package's data files (/usr/share/games/fortunes), one fortune in ten held out.
 
-    PYTHONPATH=build/python /usr/bin/python3 examples/tiny_mixtral.py              # 200 steps, well under a few minutes
+    PYTHONPATH=build/python /usr/bin/python3 examples/tiny_mixtral.py              # 800 steps, under 2 minutes on 2 cores
     PYTHONPATH=build/python /usr/bin/python3 examples/tiny_mixtral.py --ffn torch  # same weights, plain block
     PYTHONPATH=build/python /usr/bin/python3 examples/tiny_mixtral.py --resume     # continue OUT/latest
     mpirun -np 2 ... examples/tiny_mixtral.py --config expert_parallelism=2        # expert parallelism
@@ -51,7 +51,7 @@ def parse_args(argv=None):
                    help="each block's FFN: moe_engine's MoELayer or the plain PyTorch Mixtral block")
     p.add_argument("--torch-block", choices=sorted(util.TORCH_BLOCKS), default="loop",
                    help="--ffn torch: the per-expert loop (Mixtral) or sort-by-expert")
-    p.add_argument("--steps", type=int, default=400, help="optimizer steps (the schedule's length)")
+    p.add_argument("--steps", type=int, default=800, help="optimizer steps (the schedule's length)")
     p.add_argument("--until", type=int, default=0, help="stop after this step (0: --steps); the schedule keeps --steps")
     p.add_argument("--batch", type=int, default=16, help="sequences per step (global, over all ranks)")
     p.add_argument("--seq-len", type=int, default=128, help="bytes per sequence")
