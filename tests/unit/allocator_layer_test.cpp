@@ -4,6 +4,7 @@
 // returns the process's memory to the baseline.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -11,6 +12,14 @@
 #include "bench/cases.h"
 #include "core/allocator.h"
 #include "moe/layer.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+#define MOE_TEST_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define MOE_TEST_ASAN 1
+#endif
+#endif
 
 namespace moe {
 namespace {
@@ -65,7 +74,14 @@ TEST(AllocatorLayer, MemoryReturnsToTheBaselineAfterALayerIsDestroyed) {
   EXPECT_EQ(alloc::stats().cached_bytes, 0u);
   // The layer touched tens of MiB; with the cache given back, RSS is within a few MiB of the start.
   EXPECT_GT(rss_busy, rss0 + 24);
+#ifdef MOE_TEST_ASAN
+  // ASan keeps freed heap memory in its quarantine (the blocks under 1 MiB go to malloc), so RSS
+  // does not come back there; the live and cached byte counts above are the check in that build.
+  std::printf("RSS check not made under ASan (quarantine): start %.1f MiB, busy %.1f, now %.1f\n", rss0, rss_busy,
+              rss_mib());
+#else
   EXPECT_LT(rss_mib(), rss0 + 8) << "RSS at start " << rss0 << " MiB, busy " << rss_busy << " MiB";
+#endif
 }
 
 }  // namespace
