@@ -28,19 +28,6 @@ namespace {
 
 constexpr double kMiB = 1024.0 * 1024.0;
 
-double rss_mib() {
-  std::ifstream status("/proc/self/status");
-  std::string line;
-  while (std::getline(status, line)) {
-    if (line.rfind("VmRSS:", 0) != 0) continue;
-    std::istringstream is(line.substr(6));
-    double kib = 0;
-    is >> kib;
-    return kib / 1024.0;
-  }
-  return 0;
-}
-
 double seconds(const timeval& t) { return double(t.tv_sec) + 1e-6 * double(t.tv_usec); }
 
 // CPU times, faults and allocator counters from the start of a phase to its end.
@@ -453,6 +440,20 @@ std::string real_use_json(const RealUseReport& rep) {
                             {"higher_is_better", s.higher_is_better},
                             {"met", s.met()}});
   return j.dump(2) + "\n";
+}
+
+// VmRSS of this process from /proc/self/status, in MiB (0 where unreadable).
+double rss_mib() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmRSS:", 0) != 0) continue;
+    std::istringstream is(line.substr(6));
+    double kib = 0;
+    is >> kib;
+    return kib / 1024.0;
+  }
+  return 0;
 }
 
 }  // namespace moe::bench

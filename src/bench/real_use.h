@@ -76,4 +76,7 @@ RealUseReport run_real_use(const RealUseOptions& opts);
 std::string format_real_use(const RealUseReport& r);  // text table + summary lines
 std::string real_use_json(const RealUseReport& r);
 
+// VmRSS of this process (/proc/self/status) in MiB; 0 where unreadable.
+double rss_mib();
+
 }  // namespace moe::bench

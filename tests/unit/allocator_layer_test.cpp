@@ -5,11 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
-#include <fstream>
-#include <sstream>
-#include <string>
 
 #include "bench/cases.h"
+#include "bench/real_use.h"
 #include "core/allocator.h"
 #include "moe/layer.h"
 
@@ -24,18 +22,7 @@
 namespace moe {
 namespace {
 
-double rss_mib() {
-  std::ifstream status("/proc/self/status");
-  std::string line;
-  while (std::getline(status, line)) {
-    if (line.rfind("VmRSS:", 0) != 0) continue;
-    std::istringstream is(line.substr(6));
-    double kib = 0;
-    is >> kib;
-    return kib / 1024.0;
-  }
-  return 0;
-}
+using bench::rss_mib;
 
 // wi_0, wi_1, wo: 16 x 256 x 512 f32 = 8 MiB each, plus their gradients; T changes every step.
 void run_layer(std::initializer_list<int64_t> tokens, const alloc::Stats& a0) {
