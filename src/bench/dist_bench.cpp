@@ -1,6 +1,6 @@
 // Runs the variants of `moe bench --dist` (src/bench/dist_bench.h).
 #include "bench/dist_bench.h"
-#include "dist/mesh_variants.h"
+#include "distributed/mesh_variants.h"
 
 #include <algorithm>
 #include <memory>

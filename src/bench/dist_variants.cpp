@@ -4,7 +4,7 @@
 #include <algorithm>
 
 #include "bench/dist_bench.h"
-#include "dist/mesh_variants.h"
+#include "distributed/mesh_variants.h"
 
 namespace moe::bench {
 namespace {

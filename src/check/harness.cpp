@@ -1,5 +1,5 @@
 #include "check/harness.h"
-#include "dist/mesh_variants.h"
+#include "distributed/mesh_variants.h"
 
 #include <map>
 

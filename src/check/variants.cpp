@@ -1,6 +1,6 @@
 #include "check/variants.h"
 
-#include "dist/mesh_variants.h"
+#include "distributed/mesh_variants.h"
 
 namespace moe::check {
 namespace {

@@ -1,6 +1,6 @@
 // The memory one rank needs (include/moe/memory_estimate.h). Every term is a
 // tensor the code allocates, named by where: src/layer/moe_layer.cpp and
-// src/layer/expert_ffn.cpp (the layer), src/route/router.cpp, src/dist/ (the
+// src/layer/expert_ffn.cpp (the layer), src/route/router.cpp, src/distributed/ (the
 // distributed layer's buffers), src/train/ (the stack and its state).
 #include "moe/memory_estimate.h"
 

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "dist/dist_weights.h"
+#include "distributed/dist_weights.h"
 #include "moe/comm_tensor.h"
 
 namespace moe::train {

@@ -7,8 +7,8 @@
 #include <functional>
 #include <string>
 
-#include "dist/dist_step.h"
-#include "dist/dist_weights.h"
+#include "distributed/dist_step.h"
+#include "distributed/dist_weights.h"
 #include "kernels/combine.h"
 #include "kernels/permute.h"
 

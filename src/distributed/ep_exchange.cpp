@@ -1,4 +1,4 @@
-#include "dist/ep_exchange.h"
+#include "distributed/ep_exchange.h"
 
 #include <cstring>
 

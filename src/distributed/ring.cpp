@@ -1,4 +1,4 @@
-#include "dist/ring.h"
+#include "distributed/ring.h"
 
 #include <cstring>
 

@@ -1,4 +1,4 @@
-#include "dist/dist_weights.h"
+#include "distributed/dist_weights.h"
 
 #include <cstring>
 

@@ -1,4 +1,4 @@
-#include "dist/step_exec.h"
+#include "distributed/step_exec.h"
 
 #include "moe/watchdog.h"
 

@@ -12,7 +12,7 @@
 // non-zero on one rank only).
 #pragma once
 
-#include "dist/ep_exchange.h"
+#include "distributed/ep_exchange.h"
 #include "layer/expert_ffn.h"
 #include "route/routing.h"
 

@@ -5,9 +5,9 @@
 
 #include <vector>
 
-#include "dist/ep_exchange.h"
-#include "dist/ring.h"
-#include "dist/step_exec.h"
+#include "distributed/ep_exchange.h"
+#include "distributed/ring.h"
+#include "distributed/step_exec.h"
 #include "layer/expert_ffn.h"
 #include "moe/dist_layer.h"
 #include "route/aux_loss.h"

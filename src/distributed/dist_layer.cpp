@@ -2,8 +2,8 @@
 
 #include <cstring>
 
-#include "dist/dist_step.h"
-#include "dist/dist_weights.h"
+#include "distributed/dist_step.h"
+#include "distributed/dist_weights.h"
 
 namespace moe {
 

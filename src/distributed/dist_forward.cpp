@@ -5,8 +5,8 @@
 #include <cstring>
 #include <string>
 
-#include "dist/dist_step.h"
-#include "dist/dist_weights.h"
+#include "distributed/dist_step.h"
+#include "distributed/dist_weights.h"
 #include "kernels/combine.h"
 #include "kernels/permute.h"
 
