@@ -1,11 +1,9 @@
-// moe train [CONFIG] [key=value ...] [--resume DIR] [--until STEP]
+// moe train [CONFIG] [key=value ...] [--resume DIR] [--until STEP] [--progress MODE]
 // The main job (SPEC.md §7): trains the MoE stack on the teacher-student task
 // (include/moe/train.h, docs/training.md). Without CONFIG the embedded default
 // config is used; overrides apply on top of either. Under mpirun with any
 // parallelism the distributed layer trains (docs/training.md "Distributed
 // training"): rank 0 prints and writes files, an error on any rank aborts all.
-#include <unistd.h>
-
 #include <cstdio>
 
 #include "cli_util.h"
@@ -24,6 +22,7 @@ struct TrainArgs {
   std::string resume;
   int64_t until = -1;
   bool until_given = false;
+  std::string progress = "auto";
 };
 
 LoadedConfig resolve(const std::vector<std::string>& words) {
@@ -71,7 +70,7 @@ void print_summary(const TrainSummary& s) {
 
 void train(const LoadedConfig& loaded, const TrainArgs& a, bool root, Communicator* comm) {
   if (root) std::fputs(format_config_table(loaded.table).c_str(), stdout);
-  Progress progress(root && ::isatty(STDOUT_FILENO) != 0, loaded.config.log_period);
+  Progress progress(root ? parse_progress_mode(a.progress) : ProgressMode::none, loaded.config.log_period);
   TrainOptions opt;
   opt.resume_dir = a.resume;
   opt.stop_at = a.until;
@@ -98,6 +97,7 @@ void run_train(const TrainArgs& a) {
   Communicator& w = world();
   run_collectively(w, [&] {
     if (a.until_given && a.until < 1) fail("--until ", a.until, ": expected a step >= 1");
+    parse_progress_mode(a.progress);  // a bad --progress is an error before any work
     LoadedConfig loaded = resolve(a.words);
     apply_collective_timeout(loaded.config.collective_timeout_s);
     apply_collective_liveness(loaded.config.collective_liveness_s);
@@ -126,6 +126,10 @@ void add_train(CLI::App& app) {
   CLI::Option* until = c->add_option(
       "--until", a->until,
       "Stop after this step (>= 1; checkpointing it) without changing the schedule, which `steps` defines");
+  c->add_option("--progress", a->progress,
+                 "Per-step output: bar (redrawn in place), lines (one every log_period steps), none, or auto "
+                 "(default: the bar on an interactive terminal; lines under mpirun/srun, a batch system, a "
+                 "pipe or a file)");
   c->footer("Show the embedded default config: moe train --print-default-config");
   c->add_flag_callback(
       "--print-default-config",

@@ -1,7 +1,13 @@
 #include "progress.h"
 
+#include <unistd.h>
+
 #include <cstdio>
+#include <cstdlib>
 #include <string>
+
+#include "moe/comm.h"
+#include "moe/error.h"
 
 namespace moe::cli {
 namespace {
@@ -20,11 +26,36 @@ std::string bar_text(int64_t done, int64_t total, int width) {
 
 }  // namespace
 
+ProgressMode parse_progress_mode(const std::string& text) {
+  if (text == "bar") return ProgressMode::bar;
+  if (text == "lines") return ProgressMode::lines;
+  if (text == "none") return ProgressMode::none;
+  if (text == "auto") return auto_progress_mode(this_progress_env());
+  throw Error("--progress " + text + ": expected bar, lines, none or auto");
+}
+
+ProgressEnv this_progress_env() {
+  ProgressEnv env;
+  env.stdout_is_tty = ::isatty(STDOUT_FILENO) != 0;
+  env.under_launcher = launched_by_mpi();
+  for (const char* v : {"SLURM_JOB_ID", "PBS_JOBID", "LSB_JOBID", "JOB_ID"})
+    if (const char* s = std::getenv(v); s && *s) env.under_batch = true;
+  if (const char* t = std::getenv("TERM")) env.term = t;
+  return env;
+}
+
+ProgressMode auto_progress_mode(const ProgressEnv& env) {
+  if (!env.stdout_is_tty || env.under_launcher || env.under_batch || env.term.empty() || env.term == "dumb")
+    return ProgressMode::lines;
+  return ProgressMode::bar;
+}
+
 void Progress::update(const StepMetrics& m) {
   ms_sum_ += m.step_ms;
   ++steps_seen_;
   const double eta_s = ms_sum_ / double(steps_seen_) * double(m.total_steps - m.step) * 1e-3;
-  if (tty_) {
+  if (mode_ == ProgressMode::none) return;
+  if (mode_ == ProgressMode::bar) {
     std::printf("\r%s %lld/%lld  loss %.4e  %.0f tok/s  ETA %s ", bar_text(m.step, m.total_steps, 30).c_str(),
                 (long long)m.step, (long long)m.total_steps, m.loss, m.tokens_per_s,
                 clock_text(eta_s).c_str());
@@ -40,7 +71,7 @@ void Progress::update(const StepMetrics& m) {
 }
 
 void Progress::finish() {
-  if (tty_ && drawn_) std::printf("\n");
+  if (mode_ == ProgressMode::bar && drawn_) std::printf("\n");
   drawn_ = false;
 }
 
