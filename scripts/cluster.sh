@@ -9,6 +9,8 @@
 #   scripts/cluster.sh exec [--name NAME] HOST CMD...        # a command on one host
 #   scripts/cluster.sh status [--name NAME]                  # hosts, links, bytes through each link
 #   scripts/cluster.sh down [--name NAME | --all]            # idempotent; also after a crash
+#   scripts/cluster.sh cut [--name NAME] HOST                # HOST's link down (a pulled cable)
+#   scripts/cluster.sh heal [--name NAME] HOST               # HOST's link up again
 #
 # NAME (default: $MOE_CLUSTER, else "moe") keeps clusters apart: namespaces moe-NAME-head and
 # moe-NAME-h0..h{N-1}, hostnames NAME-h0..., state in /run/moe-cluster/NAME. Every cluster has its own
@@ -34,7 +36,7 @@ die() { echo "cluster.sh: $*" >&2; exit 1; }
 skip() { echo "cluster.sh: cannot make a cluster here: $*" >&2; exit $SKIP; }
 
 usage() {
-  sed -n '7,12p' "$0" | sed 's/^# *//' >&2
+  sed -n '7,14p' "$0" | sed 's/^# *//' >&2
   exit 1
 }
 
@@ -263,6 +265,19 @@ cmd_exec() {
   exec nsenter --net=/run/netns/"$ns" --uts="$uts" -- "${pin[@]}" "$@"
 }
 
+# cut / heal HOST: the host's veth end in the head (its switch port) down / up; the host's eth0
+# loses its carrier, so nothing passes either way and no TCP peer sees a reset (a pulled cable).
+cmd_link() {
+  local state=$1; shift
+  [ -f "$DIR/hosts" ] || die "cluster '$NAME' is not up (no $DIR/hosts)"
+  (($# == 1)) || die "$([ $state = down ] && echo cut || echo heal): expected one HOST (h1 or $NAME-h1)"
+  local host=$1
+  [[ $host == h[0-9]* ]] && host=$NAME-$host
+  grep -q "^$host " "$DIR/hosts" || die "'$1' is not a host of cluster '$NAME'"
+  ip -n "$(ns_of head)" link set "${host#"$NAME"-}" $state
+  echo "cluster '$NAME': $host link $state"
+}
+
 (($#)) || usage
 sub=$1; shift
 case $sub in
@@ -277,6 +292,8 @@ down)
   fi
   ;;
 status) parse_name "$@"; cmd_status ;;
+cut) parse_name "$@"; cmd_link down "${ARGS[@]}" ;;
+heal) parse_name "$@"; cmd_link up "${ARGS[@]}" ;;
 mpirun)
   # --name is read only as the first argument here, so that mpirun's own arguments pass untouched.
   NAME=${MOE_CLUSTER:-moe}
