@@ -11,6 +11,9 @@
 # and the ranks it holds; and the last complete checkpoint, resumed on the healed cluster to the next
 # checkpoint, is bit-identical (tensor bytes) to an uninterrupted run's checkpoint at that step.
 # Exit 77 (skip) when the cluster cannot be made here.
+# For measuring (docs/reliability.md; CTest uses the defaults): MOE_FAIL_LIVENESS (seconds, default 2),
+# MOE_FAIL_KEEPALIVE=TIME,INTERVAL,PROBES (default 10,2,3; 0: no oob_tcp_keepalive_* settings), MOE_FAIL_RETRIES2=N|default (N, default 5;
+# `default` leaves the kernel's 15), MOE_FAIL_LIMIT (seconds, default 60), MOE_FAIL_NAME (cluster name).
 #
 # Settings (say so when quoting times): collective_liveness_s 2 (a silent peer is named ~4 s after a
 # collective starts waiting; the default 10 s gives ~15 s), and the two settings that let Open MPI's
@@ -19,10 +22,15 @@
 # connection with unacknowledged data gives up after ~13 s instead of ~15 min).
 set -u
 CLUSTER=$1 MOE=$2 DIR=$3 KIND=$4 RPH=${5:-1}
-NAME=ft-$KIND$RPH
+NAME=${MOE_FAIL_NAME:-ft-$KIND$RPH}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-MCA=(--mca oob_tcp_keepalive_time 10 --mca oob_tcp_keepalive_intvl 2 --mca oob_tcp_keepalive_probes 3)
-NP=$((2 * RPH)) PERIOD=20 LIMIT=60
+KEEPALIVE=${MOE_FAIL_KEEPALIVE:-10,2,3}  # time, interval, probes (Open MPI's defaults: 300, 20, 9)
+IFS=, read -r ka_time ka_intvl ka_probes <<< "$KEEPALIVE"
+MCA=(--mca oob_tcp_keepalive_time "$ka_time" --mca oob_tcp_keepalive_intvl "$ka_intvl"
+     --mca oob_tcp_keepalive_probes "$ka_probes")
+[ "$KEEPALIVE" = 0 ] && MCA=()
+RETRIES2=${MOE_FAIL_RETRIES2:-5} LIVENESS=${MOE_FAIL_LIVENESS:-2}
+NP=$((2 * RPH)) PERIOD=20 LIMIT=${MOE_FAIL_LIMIT:-60}
 
 die() { echo "FAIL ($KIND): $*"; exit 1; }
 now() { date +%s.%N; }
@@ -38,7 +46,10 @@ trap "exit 124" TERM INT
 WRAP=/run/moe-cluster/$NAME/mpirun
 [ -x "$WRAP" ] || WRAP="$CLUSTER mpirun --name $NAME"
 NSS="moe-$NAME-head moe-$NAME-h0 moe-$NAME-h1"
-for ns in $NSS; do ip netns exec "$ns" sysctl -qw net.ipv4.tcp_retries2=5 || die "sysctl in $ns"; done
+if [ "$RETRIES2" != default ]; then
+  for ns in $NSS; do ip netns exec "$ns" sysctl -qw net.ipv4.tcp_retries2="$RETRIES2" || die "sysctl in $ns"; done
+fi
+echo "$KIND: $NP ranks on 2 hosts; collective_liveness_s $LIVENESS; MCA ${MCA[*]:-(none)}; tcp_retries2 $RETRIES2"
 
 cat > c.yml <<'YML'
 num_experts: 4
@@ -53,9 +64,10 @@ warmup_steps: 2
 steps: 100000
 log_period: 1000
 data_parallelism: -1
-collective_liveness_s: 2
 YML
-train() { $WRAP "${MCA[@]}" -np $NP "$MOE" train c.yml checkpoint_period=$PERIOD "$@"; }
+train() {
+  $WRAP "${MCA[@]}" -np $NP "$MOE" train c.yml checkpoint_period=$PERIOD collective_liveness_s=$LIVENESS "$@"
+}
 # The processes left in the cluster's namespaces: "pid comm" lines.
 left() { for ns in $NSS; do ip netns pids "$ns" 2>/dev/null; done | xargs -r ps -o pid=,comm= -p; }
 # The pids of the moe processes on host h1.
