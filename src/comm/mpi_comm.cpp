@@ -64,8 +64,8 @@ double abort_grace_s() {
       std::thread([grace] {
         std::this_thread::sleep_for(std::chrono::duration<double>(grace));
         std::fprintf(stderr,
-                     "moe: rank %d: MPI_Abort did not end this process within %g s (MOE_ABORT_GRACE_S; the "
-                     "launcher could not reach every host?); exiting with status 1\n",
+                     "moe: rank %d: MPI_Abort did not end this process within %g s (MOE_ABORT_GRACE_S: the "
+                     "launcher's abort did not arrive); exiting with status 1\n",
                      g_world_rank, grace);
         std::fflush(stderr);
         std::_Exit(1);
