@@ -108,8 +108,10 @@ std::vector<std::pair<std::string, std::vector<int>>> by_host(const std::vector<
   for (int r : ranks) {
     const std::string h = r >= 0 && size_t(r) < of_rank.size() ? of_rank[size_t(r)] : "?";
     auto it = std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == h; });
-    if (it == groups.end()) groups.push_back({h, {r}});
-    else it->second.push_back(r);
+    if (it == groups.end())
+      groups.push_back({h, {r}});
+    else
+      it->second.push_back(r);
   }
   return groups;
 }
@@ -307,8 +309,8 @@ double liveness_answer_bound() { return std::clamp(registry().liveness_s.load() 
 void set_liveness_probe(LivenessProbe fn) { registry().probe = fn; }
 
 void set_rank_hosts(std::vector<std::string> of_rank) {
-  const bool one_host = std::all_of(of_rank.begin(), of_rank.end(),
-                                    [&](const std::string& h) { return h == of_rank.front(); });
+  const bool one_host =
+      std::all_of(of_rank.begin(), of_rank.end(), [&](const std::string& h) { return h == of_rank.front(); });
   std::lock_guard<std::mutex> lk(hosts().mu);
   hosts().of_rank = one_host ? std::vector<std::string>{} : std::move(of_rank);
 }

@@ -163,9 +163,9 @@ TEST(WatchdogDeathTest, ASilentRankIsNamedWithItsHostAndTheRanksItHolds) {
         std::this_thread::sleep_for(10s);
       },
       ::testing::ExitedWithCode(1),
-      "all_gather \\(4 B per rank\\) has waited 0.[3-9] s \\(collective_liveness_s 0.3\\); ranks 2, 3 on host b "
-      "and rank 5 on host c did not answer a liveness probe within 2 s \\(stopped, dead, or cut off\\); host b "
-      "holds ranks 2, 3; host c holds ranks 4, 5; ending every rank");
+      "all_gather \\(4 B per rank\\) has waited 0.[3-9] s \\(collective_liveness_s 0.3\\); "
+      "ranks 2, 3 on host b and rank 5 on host c did not answer a liveness probe within 2 s "
+      "\\(stopped, dead, or cut off\\); host b holds ranks 2, 3; host c holds ranks 4, 5; ending every rank");
 }
 
 TEST(Watchdog, RankTextNamesTheHostOnlyWhenTheRanksSpanHosts) {
