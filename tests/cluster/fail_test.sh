@@ -47,7 +47,9 @@ WRAP=/run/moe-cluster/$NAME/mpirun
 [ -x "$WRAP" ] || WRAP="$CLUSTER mpirun --name $NAME"
 NSS="moe-$NAME-head moe-$NAME-h0 moe-$NAME-h1"
 if [ "$RETRIES2" != default ]; then
-  for ns in $NSS; do ip netns exec "$ns" sysctl -qw net.ipv4.tcp_retries2="$RETRIES2" || die "sysctl in $ns"; done
+  for ns in $NSS; do  # sysctl net.ipv4.tcp_retries2 (per network namespace), without procps
+    ip netns exec "$ns" sh -c "echo $RETRIES2 > /proc/sys/net/ipv4/tcp_retries2" || die "tcp_retries2 in $ns"
+  done
 fi
 echo "$KIND: $NP ranks on 2 hosts; collective_liveness_s $LIVENESS; MCA ${MCA[*]:-(none)}; tcp_retries2 $RETRIES2"
 
@@ -68,10 +70,12 @@ YML
 train() {
   $WRAP "${MCA[@]}" -np $NP "$MOE" train c.yml checkpoint_period=$PERIOD collective_liveness_s=$LIVENESS "$@"
 }
-# The processes left in the cluster's namespaces: "pid comm" lines.
-left() { for ns in $NSS; do ip netns pids "$ns" 2>/dev/null; done | xargs -r ps -o pid=,comm= -p; }
+# "pid comm" of each process in namespace $1 (from /proc: no procps needed).
+procs() { for p in $(ip netns pids "$1" 2>/dev/null); do echo "$p $(cat /proc/$p/comm 2>/dev/null)"; done; }
+# The processes left in the cluster's namespaces.
+left() { for ns in $NSS; do procs "$ns"; done; }
 # The pids of the moe processes on host h1.
-h1_ranks() { ip netns pids "moe-$NAME-h1" | xargs -r ps -o pid=,comm= -p | awk '$2 == "moe" { print $1 }'; }
+h1_ranks() { procs "moe-$NAME-h1" | awk '$2 == "moe" { print $1 }'; }
 tensor_bytes() {  # the tensor data of a safetensors file (after its size and JSON header)
   n=$(od -An -t u8 -N8 "$1" | tr -d ' ')
   tail -c +$((n + 9)) "$1" > "$1.data" && echo "$1.data"
