@@ -74,6 +74,15 @@ struct LivenessReport {
 using LivenessProbe = LivenessReport (*)(const CollectiveSite& site, double answer_bound_s);
 void set_liveness_probe(LivenessProbe fn);  // nullptr: none (the MPI runtime removes it before finalizing)
 
+// The host of every world rank (index: world rank), from the MPI runtime at
+// start-up. When the ranks span more than one host, the messages name the
+// host of each silent or absent rank and every rank that host holds:
+//   rank 2 on host node7 did not answer a liveness probe ...; host node7 holds ranks 2, 3
+// Empty (the default), or one host for all: ranks only.
+void set_rank_hosts(std::vector<std::string> hosts);
+// "rank R on host H" when hosts are named (above), else "rank R".
+std::string rank_text(int world_rank);
+
 // What this process is doing, for a peer's probe: "waiting in <op> (<detail>)
 // for 12.3 s", or "in no collective or side-engine wait for 12.3 s (computing,
 // writing, or stuck outside MPI)".

@@ -30,6 +30,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "moe/error.h"
 #include "moe/isa.h"
@@ -37,6 +38,45 @@
 
 namespace moe {
 namespace {
+
+int g_world_rank = -1;  // set once MPI is initialized, read by the watchdog's thread
+
+// Seconds MPI_Abort gets to end this process before it exits by itself
+// (MOE_ABORT_GRACE_S, default 20; 0: never). The launcher's abort path needs
+// every host's daemon: with a host cut off it can hang (docs/reliability.md,
+// "Across hosts"), and a rank must not outlive its job.
+double abort_grace_s() {
+  const char* v = std::getenv("MOE_ABORT_GRACE_S");
+  if (!v || !*v) return 20;
+  char* end = nullptr;
+  const double s = std::strtod(v, &end);
+  return *end == '\0' && s >= 0 && s < 1e9 ? s : 20;
+}
+
+// Every rank goes: MPI_Abort, after a pause that lets the launcher forward
+// the fatal line just written (its abort path can overtake the output and
+// lose it), and with a timer that ends this process with status 1 if
+// MPI_Abort has not within abort_grace_s().
+[[noreturn]] void abort_world() {
+  const double grace = abort_grace_s();
+  if (grace > 0) {
+    try {
+      std::thread([grace] {
+        std::this_thread::sleep_for(std::chrono::duration<double>(grace));
+        std::fprintf(stderr,
+                     "moe: rank %d: MPI_Abort did not end this process within %g s (MOE_ABORT_GRACE_S: the "
+                     "launcher's abort did not arrive); exiting with status 1\n",
+                     g_world_rank, grace);
+        std::fflush(stderr);
+        std::_Exit(1);
+      }).detach();
+    } catch (...) {  // no thread: MPI_Abort alone
+    }
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  MPI_Abort(MPI_COMM_WORLD, 1);
+  std::_Exit(1);
+}
 
 void on_mpi_error(MPI_Comm* comm, int* code, ...) {
   char text[MPI_MAX_ERROR_STRING];
@@ -46,10 +86,8 @@ void on_mpi_error(MPI_Comm* comm, int* code, ...) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   std::fprintf(stderr, "moe: MPI error on rank %d: %s; aborting every rank\n", rank, text);
   std::fflush(stderr);
-  MPI_Abort(MPI_COMM_WORLD, 1);
+  abort_world();
 }
-
-int g_world_rank = -1;  // set once MPI is initialized, read by the watchdog's thread
 
 void print_fatal(const std::string& msg) {
   std::fprintf(stderr, "moe: fatal on rank %d: %s\n", g_world_rank, msg.c_str());
@@ -59,8 +97,7 @@ void print_fatal(const std::string& msg) {
 // The watchdog's expiry action: the message, then every rank goes.
 void abort_on_expiry(const std::string& msg) {
   print_fatal(msg);
-  MPI_Abort(MPI_COMM_WORLD, 1);
-  std::_Exit(1);
+  abort_world();
 }
 
 // During MPI_Finalize (MPI_Abort may no longer work): the message, then this
@@ -193,7 +230,7 @@ LivenessReport probe_peers(const CollectiveSite& site, double answer_bound_s) {
     const ProbeAnswer& a = (*answers)[i];
     std::string what(a.what, strnlen(a.what, sizeof a.what));
     if (a.issued < site.seq)
-      rep.absent.push_back("rank " + std::to_string(peers[i]) + " had not issued it (" +
+      rep.absent.push_back(rank_text(peers[i]) + " had not issued it (" +
                            std::to_string(a.issued < 0 ? 0 : a.issued) + " of " + std::to_string(site.seq) +
                            " collectives on its communicator): " + what);
   }
@@ -270,6 +307,27 @@ void agree_on_isa() {
        "MOE_GEMM_ISA); every rank stops");
 }
 
+// The host of every world rank for the watchdog's messages (set_rank_hosts):
+// one MPI_Allgather of the processor names.
+void gather_rank_hosts() {
+  char name[MPI_MAX_PROCESSOR_NAME] = {};
+  int len = 0, n = 0;
+  MPI_Get_processor_name(name, &len);
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  std::vector<char> all(size_t(n) * MPI_MAX_PROCESSOR_NAME);
+  {
+    WatchedWait w("host names all_gather", std::to_string(MPI_MAX_PROCESSOR_NAME) + " B per rank");
+    MPI_Allgather(name, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, all.data(), MPI_MAX_PROCESSOR_NAME, MPI_CHAR,
+                  MPI_COMM_WORLD);
+  }
+  std::vector<std::string> hosts;
+  for (int r = 0; r < n; ++r) {
+    const char* p = all.data() + size_t(r) * MPI_MAX_PROCESSOR_NAME;
+    hosts.emplace_back(p, strnlen(p, MPI_MAX_PROCESSOR_NAME));
+  }
+  set_rank_hosts(std::move(hosts));
+}
+
 // MPI's lifetime: initialized by the first world communicator, finalized
 // when the last communicator holding it goes (if this code initialized it).
 class MpiRuntime {
@@ -290,6 +348,7 @@ class MpiRuntime {
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, handler_);
     try {
       agree_on_isa();
+      gather_rank_hosts();
     } catch (...) {  // every rank is here: finalize together, then each exits with its message
       shut_down();
       throw;
@@ -464,12 +523,8 @@ class MpiComm : public Communicator {
   }
 
   [[noreturn]] void abort(const std::string& msg) override {
-    int world_rank = -1;
-    MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
-    std::fprintf(stderr, "moe: fatal on rank %d: %s\n", world_rank, msg.c_str());
-    std::fflush(stderr);
-    MPI_Abort(MPI_COMM_WORLD, 1);
-    std::_Exit(1);
+    print_fatal(msg);
+    abort_world();
   }
 
  protected:

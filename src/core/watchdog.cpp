@@ -87,13 +87,64 @@ std::string ranks_text(const std::vector<int>& ranks) {
   return out;
 }
 
+std::string ranks_word(const std::vector<int>& ranks) {
+  return std::string(ranks.size() > 1 ? "ranks " : "rank ") + ranks_text(ranks);
+}
+
+// The host of every world rank (set_rank_hosts), named only when they differ.
+struct Hosts {
+  std::mutex mu;
+  std::vector<std::string> of_rank;  // GUARDED_BY(mu); empty: not named
+};
+Hosts& hosts() {
+  static Hosts* h = new Hosts;
+  return *h;
+}
+
+// `ranks` grouped by host in order of first appearance: (host, its ranks among them).
+std::vector<std::pair<std::string, std::vector<int>>> by_host(const std::vector<std::string>& of_rank,
+                                                              const std::vector<int>& ranks) {
+  std::vector<std::pair<std::string, std::vector<int>>> groups;
+  for (int r : ranks) {
+    const std::string h = r >= 0 && size_t(r) < of_rank.size() ? of_rank[size_t(r)] : "?";
+    auto it = std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == h; });
+    if (it == groups.end())
+      groups.push_back({h, {r}});
+    else
+      it->second.push_back(r);
+  }
+  return groups;
+}
+
+// The silent ranks: "; rank 3 did not answer ..." (one host), or with hosts:
+// "; ranks 2, 3 on host b did not answer ... (stopped, dead, or cut off); host b holds ranks 2, 3".
+std::string silent_text(const std::vector<int>& silent, double bound) {
+  const std::string within = " did not answer a liveness probe within " + seconds_text(bound, "%g") + " s";
+  std::vector<std::string> of_rank;
+  {
+    std::lock_guard<std::mutex> lk(hosts().mu);
+    of_rank = hosts().of_rank;
+  }
+  if (of_rank.empty()) return "; " + ranks_word(silent) + within + " (stopped, or dead)";
+  const auto groups = by_host(of_rank, silent);
+  std::string m = "; ";
+  for (size_t i = 0; i < groups.size(); ++i)
+    m += (i ? " and " : "") + ranks_word(groups[i].second) + " on host " + groups[i].first;
+  m += within + " (stopped, dead, or cut off)";
+  for (const auto& g : groups) {
+    std::vector<int> held;
+    for (size_t r = 0; r < of_rank.size(); ++r)
+      if (of_rank[r] == g.first) held.push_back(int(r));
+    m += "; host " + g.first + " holds " + ranks_word(held);
+  }
+  return m;
+}
+
 // What the peers said, for a message: "; ranks 3 did not answer ...; rank 2 had not
 // issued it: <what it was doing>".
 std::string peers_text(const LivenessReport& rep, double bound) {
   std::string m;
-  if (!rep.silent.empty())
-    m += std::string("; rank") + (rep.silent.size() > 1 ? "s " : " ") + ranks_text(rep.silent) +
-         " did not answer a liveness probe within " + seconds_text(bound, "%g") + " s (stopped, or dead)";
+  if (!rep.silent.empty()) m += silent_text(rep.silent, bound);
   for (const std::string& a : rep.absent) m += "; " + a;
   return m;
 }
@@ -256,6 +307,21 @@ void apply_collective_liveness(double seconds) {
 double liveness_answer_bound() { return std::clamp(registry().liveness_s.load() / 2, 2.0, 5.0); }
 
 void set_liveness_probe(LivenessProbe fn) { registry().probe = fn; }
+
+void set_rank_hosts(std::vector<std::string> of_rank) {
+  const bool one_host =
+      std::all_of(of_rank.begin(), of_rank.end(), [&](const std::string& h) { return h == of_rank.front(); });
+  std::lock_guard<std::mutex> lk(hosts().mu);
+  hosts().of_rank = one_host ? std::vector<std::string>{} : std::move(of_rank);
+}
+
+std::string rank_text(int world_rank) {
+  std::lock_guard<std::mutex> lk(hosts().mu);
+  const std::vector<std::string>& h = hosts().of_rank;
+  std::string m = "rank " + std::to_string(world_rank);
+  if (world_rank >= 0 && size_t(world_rank) < h.size()) m += " on host " + h[size_t(world_rank)];
+  return m;
+}
 
 std::string watchdog_state_text() {
   Registry& r = registry();

@@ -142,6 +142,42 @@ TEST(WatchdogDeathTest, ASilentPeerEndsTheWaitAtTheLivenessInterval) {
       "collectives on its communicator\\): busy; ending every rank");
 }
 
+// Across hosts: ranks 2 and 3 of host b silent, rank 5 of host c silent.
+LivenessReport hosts_probe(const CollectiveSite&, double) {
+  LivenessReport r;
+  r.probed = true;
+  r.answered = 3;
+  r.silent = {2, 3, 5};
+  return r;
+}
+
+TEST(WatchdogDeathTest, ASilentRankIsNamedWithItsHostAndTheRanksItHolds) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        set_rank_hosts({"a", "a", "b", "b", "c", "c"});
+        set_collective_timeout(100);
+        set_collective_liveness(0.3);
+        set_liveness_probe(&hosts_probe);
+        WatchedWait w("all_gather", "4 B per rank", CollectiveSite{7, 5});
+        std::this_thread::sleep_for(10s);
+      },
+      ::testing::ExitedWithCode(1),
+      "all_gather \\(4 B per rank\\) has waited 0.[3-9] s \\(collective_liveness_s 0.3\\); "
+      "ranks 2, 3 on host b and rank 5 on host c did not answer a liveness probe within 2 s "
+      "\\(stopped, dead, or cut off\\); host b holds ranks 2, 3; host c holds ranks 4, 5; ending every rank");
+}
+
+TEST(Watchdog, RankTextNamesTheHostOnlyWhenTheRanksSpanHosts) {
+  set_rank_hosts({"a", "b"});
+  EXPECT_EQ(rank_text(1), "rank 1 on host b");
+  EXPECT_EQ(rank_text(7), "rank 7");
+  set_rank_hosts({"a", "a"});
+  EXPECT_EQ(rank_text(1), "rank 1");
+  set_rank_hosts({});
+  EXPECT_EQ(rank_text(0), "rank 0");
+}
+
 TEST(WatchdogDeathTest, LivePeersWaitForTheTimeoutWhichNamesWhoWasMissing) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   EXPECT_EXIT(
