@@ -240,14 +240,14 @@ cmd_status() {
   local n rph link cpus netem
   read -r n rph link cpus netem < "$DIR/config"
   echo "cluster '$NAME': $n host(s) x $rph rank(s), link $link, cpus $cpus; wrapper $DIR/mpirun"
-  printf '%-16s %-12s %-10s %-10s %14s %14s  %s\n' host hostname address cpus tx_bytes rx_bytes qdisc
+  printf '%-20s %-20s %-10s %-8s %14s %14s  %s\n' host hostname address cpus tx_bytes rx_bytes qdisc
   local host ns uts addr set hn tx rx q
   while read -r host ns uts addr set; do
     hn=$(nsenter --uts="$uts" hostname 2>/dev/null || echo "?")
     tx=$(ip netns exec "$ns" cat /sys/class/net/eth0/statistics/tx_bytes 2>/dev/null || echo "?")
     rx=$(ip netns exec "$ns" cat /sys/class/net/eth0/statistics/rx_bytes 2>/dev/null || echo "?")
     q=$(ip netns exec "$ns" tc qdisc show dev eth0 2>/dev/null | awk '{print $2}' | paste -sd+ -)
-    printf '%-16s %-12s %-10s %-10s %14s %14s  %s\n' "$host" "$hn" "$addr" "$set" "$tx" "$rx" "$q"
+    printf '%-20s %-20s %-10s %-8s %14s %14s  %s\n' "$host" "$hn" "$addr" "$set" "$tx" "$rx" "$q"
   done < "$DIR/hosts"
 }
 
