@@ -5,7 +5,9 @@
 # in the hosts through an rsh agent that enters the namespaces (no sshd). Needs root.
 #
 #   scripts/cluster.sh up N [--name NAME] [--ranks-per-host R] [--link RATE[,DELAY]] [--cpus MODE]
+#                           [--slurm]
 #   scripts/cluster.sh mpirun [--name NAME] MPIRUN_ARGS...   # or the wrapper `up` prints
+#   scripts/cluster.sh srun|sbatch|sinfo [--name NAME] ARGS... # with --slurm
 #   scripts/cluster.sh exec [--name NAME] HOST CMD...        # a command on one host
 #   scripts/cluster.sh status [--name NAME]                  # hosts, links, bytes through each link
 #   scripts/cluster.sh down [--name NAME | --all]            # idempotent; also after a crash
@@ -21,12 +23,15 @@
 # --cpus auto|split|shared: split gives host i its own share of the cores (taskset on the host's
 #   daemon, inherited by its ranks); shared runs every host on all cores. auto (default) splits when
 #   the cores are at least the hosts, else shares. What was done is printed.
+# --slurm: also a private Slurm (munged + slurmctld in the head, slurmd in each host; scripts/
+#   cluster_slurm.sh), with srun/sbatch/sinfo wrappers in the state dir.
 #
 # Exit status of `up`: 0 up; 77 namespaces cannot be made here (not root, no `ip`...: the reason is
 # printed; tests skip on it); 1 any other error.
 set -Eeuo pipefail
 
 STATE_ROOT=${MOE_CLUSTER_STATE:-/run/moe-cluster}
+. "$(dirname "$0")/cluster_slurm.sh"
 SUBNET=10.77.0
 SKIP=77
 
@@ -34,7 +39,7 @@ die() { echo "cluster.sh: $*" >&2; exit 1; }
 skip() { echo "cluster.sh: cannot make a cluster here: $*" >&2; exit $SKIP; }
 
 usage() {
-  sed -n '7,12p' "$0" | sed 's/^# *//' >&2
+  sed -n "7,14p" "$0" | sed 's/^# *//' >&2
   exit 1
 }
 
@@ -141,7 +146,7 @@ EOF
 }
 
 cmd_up() {
-  local n=${1:-} rph=1 link="" cpus=auto
+  local n=${1:-} rph=1 link="" cpus=auto slurm=no
   [[ $n =~ ^[0-9]+$ ]] && ((n >= 1 && n <= 200)) || die "up: expected the number of hosts (1-200), got '${n}'"
   shift
   while (($#)); do
@@ -149,6 +154,7 @@ cmd_up() {
     --ranks-per-host) [[ ${2:-} =~ ^[1-9][0-9]*$ ]] || die "--ranks-per-host: expected a positive integer"; rph=$2; shift 2 ;;
     --link) [ -n "${2:-}" ] || die "--link: expected RATE[,DELAY]"; link=$2; shift 2 ;;
     --cpus) [[ ${2:-} =~ ^(auto|split|shared)$ ]] || die "--cpus: expected auto, split or shared"; cpus=$2; shift 2 ;;
+    --slurm) slurm=yes; shift ;;
     *) die "up: unknown option '$1'" ;;
     esac
   done
@@ -197,6 +203,7 @@ cmd_up() {
     echo "$host slots=$rph" >> "$DIR/hostfile"
   done
   write_scripts
+  [ $slurm = no ] || slurm_up "$n" "$rph"
   trap - ERR
   echo "$n $rph ${link:-none} $cpus ${NETEM:-}" > "$DIR/config"
 
@@ -217,6 +224,7 @@ cmd_up() {
   echo "hosts (name netns uts address cpus):"; sed 's/^/  /' "$DIR/hosts"
   echo "hostfile: $DIR/hostfile"; sed 's/^/  /' "$DIR/hostfile"
   echo "mpirun wrapper: $DIR/mpirun   e.g. $DIR/mpirun -np $((n * rph)) hostname"
+  [ $slurm = no ] || echo "slurm: $n node(s) idle; wrappers $DIR/srun, $DIR/sbatch, $DIR/sinfo   e.g. $DIR/srun -N $n -n $((n * rph)) --mpi=pmix hostname"
 }
 
 cmd_down() {
@@ -284,6 +292,13 @@ mpirun)
   parse_name --name "$NAME"
   [ -x "$DIR/mpirun" ] || die "cluster '$NAME' is not up (no $DIR/mpirun)"
   exec "$DIR/mpirun" "$@"
+  ;;
+srun | sbatch | sinfo | squeue | scancel)
+  NAME=${MOE_CLUSTER:-moe}
+  if [ "${1:-}" = --name ]; then NAME=$2; shift 2; fi
+  parse_name --name "$NAME"
+  [ -x "$DIR/$sub" ] || die "cluster '$NAME' has no Slurm (up ... --slurm)"
+  exec "$DIR/$sub" "$@"
   ;;
 exec)
   NAME=${MOE_CLUSTER:-moe}

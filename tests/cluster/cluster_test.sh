@@ -9,6 +9,9 @@
 #   check_2x2 check_4x1  `moe check`, every variant
 #   train            `moe train` with checkpoints: straight runs on 2x2 and 4x1 are bit-identical;
 #                    a step-3 checkpoint resumes bit-exactly on its own layout and on the other one
+#   srun             a private Slurm on 2x2 (up --slurm): srun --mpi=pmix places ranks and runs
+#                    `moe check`; scripts/slurm_train.sbatch (sbatch, stopped at step 3, re-submitted:
+#                    resumes) ends bit-identical to `moe train` under the cluster's mpirun
 # Every MPI mode first checks that each rank runs on the host the hostfile puts it on (hostnames equal
 # within a host, different across), and after the run that every host's link carried traffic (so
 # the ranks of different hosts talked over TCP, not shared memory).
@@ -90,6 +93,32 @@ run_on() {
 
 layout() { N=${1%x*} RPH=${1#*x}; }
 
+# The small `moe train` job of the train and srun modes: 4 ranks as fsdp 2 x expert 2, 6 steps.
+write_train_config() {
+  cat > c.yml << 'YML'
+num_experts: 4
+num_experts_per_tok: 2
+emb_dim: 16
+moe_mlp_dim: 16
+dtype: f32
+num_layers: 2
+batch_tokens: 32
+learning_rate: 0.01
+warmup_steps: 2
+steps: 6
+log_period: 1
+fsdp_parallelism: 2
+expert_parallelism: 2
+YML
+}
+# The tensor data of a safetensors file (after its 8-byte size and JSON header, whose metadata names
+# the checkpoint directory).
+tensor_bytes() {
+  local n
+  n=$(od -An -t u8 -N8 "$1" | tr -d ' ')
+  tail -c +$((n + 9)) "$1" > "$1.data" && echo "$1.data"
+}
+
 rm -rf "$WORK" && mkdir -p "$WORK" && cd "$WORK" || exit 1
 case $MODE in
 harness) . "$SRC/tests/cluster/harness_checks.sh" ;;
@@ -105,6 +134,7 @@ check_*)
   grep -q '"variants"' check.json || die "no variants in check.json"
   ;;
 train) . "$SRC/tests/cluster/train_checks.sh" ;;
+srun) . "$SRC/tests/cluster/srun_checks.sh" ;;
 *) die "unknown mode $MODE" ;;
 esac
 echo PASS

@@ -4,21 +4,7 @@
 # bytes travel, never the arithmetic (the engine adds in rank order), so:
 #   straight 2x2 == straight 4x1 (tensors at step 6, losses of steps 1-6), and a step-3 checkpoint
 #   written on either layout, resumed on either layout, ends bit-identical to the straight run.
-cat > c.yml << 'YML'
-num_experts: 4
-num_experts_per_tok: 2
-emb_dim: 16
-moe_mlp_dim: 16
-dtype: f32
-num_layers: 2
-batch_tokens: 32
-learning_rate: 0.01
-warmup_steps: 2
-steps: 6
-log_period: 1
-fsdp_parallelism: 2
-expert_parallelism: 2
-YML
+write_train_config
 up t2x2 2 2
 C22=$C
 up t4x1 4 1
@@ -32,13 +18,6 @@ train() {
   shift 2
   timeout 120 "$c/mpirun" -np 4 "$MOE" train c.yml "$@" > "$what.log" 2>&1 ||
     { tail -20 "$what.log"; die "moe train $what ($*) on ${c##*/} failed"; }
-}
-# The tensor data of a safetensors file (after its 8-byte size and JSON header, whose metadata names
-# the checkpoint directory).
-tensor_bytes() {
-  local n
-  n=$(od -An -t u8 -N8 "$1" | tr -d ' ')
-  tail -c +$((n + 9)) "$1" > "$1.data" && echo "$1.data"
 }
 # "step loss ..." of each metrics line without the timing fields.
 losses() { sed 's/"step_ms".*//' "$1"; }
