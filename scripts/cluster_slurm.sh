@@ -6,7 +6,7 @@
 #     of its own where $DIR/slurm/tmp is the host's own directory: the hosts share this machine's
 #     file system, and Slurm's PMIx plugin keeps per-step files under TmpFS, which would collide.
 # Wrappers $DIR/srun, $DIR/sbatch, $DIR/sinfo run the client in the head with SLURM_CONF set and the
-# same Open MPI settings as the mpirun wrapper (TCP on the bridge, yield when idle) in the
+# same Open MPI settings as the mpirun wrapper (TCP on the bridge, yield when idle, preconnect) in the
 # environment, which srun passes on to the tasks.
 
 slurm_write_conf() {  # slurm_write_conf N RANKS_PER_HOST
@@ -50,7 +50,7 @@ slurm_write_wrappers() {
 #!/bin/sh
 # $tool on cluster '$NAME' (scripts/cluster.sh up --slurm).
 export SLURM_CONF="$DIR/slurm/slurm.conf" OMPI_MCA_mpi_yield_when_idle=1 OMPI_MCA_btl=self,vader,tcp
-export OMPI_MCA_btl_tcp_if_include=$SUBNET.0/24 OMPI_MCA_oob_tcp_if_include=$SUBNET.0/24
+export OMPI_MCA_btl_tcp_if_include=$SUBNET.0/24 OMPI_MCA_oob_tcp_if_include=$SUBNET.0/24 OMPI_MCA_mpi_preconnect_mpi=1
 exec nsenter --net=/run/netns/$(ns_of head) --uts="$DIR/uts/head" -- $tool "\$@"
 EOF
     chmod +x "$DIR/$tool"
