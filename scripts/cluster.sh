@@ -39,7 +39,7 @@ die() { echo "cluster.sh: $*" >&2; exit 1; }
 skip() { echo "cluster.sh: cannot make a cluster here: $*" >&2; exit $SKIP; }
 
 usage() {
-  sed -n "7,14p" "$0" | sed 's/^# *//' >&2
+  sed -n "7,14p" "$0" | sed 's/^# //' >&2
   exit 1
 }
 

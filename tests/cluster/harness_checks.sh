@@ -38,13 +38,16 @@ for i in 0 1 2; do
   fi
 done
 echo "3 hosts: hostnames, addresses and tbf qdiscs as expected"
-# A host reaches another over the bridge (bash's /dev/tcp to a listener on h2).
-"$CLUSTER" exec --name "$name" h2 timeout 10 python3 -c "
+# A host reaches another over the bridge: a listener on h2, a client on h0 that retries while the
+# listener starts (python's start-up takes seconds on a loaded machine).
+"$CLUSTER" exec --name "$name" h2 timeout 30 python3 -c "
 import socket; s = socket.socket(); s.bind(('10.77.0.3', 7777)); s.listen(); c, a = s.accept(); c.send(a[0].encode())" &
-sleep 1
-peer=$("$CLUSTER" exec --name "$name" h0 timeout 5 python3 -c "
-import socket; s = socket.create_connection(('10.77.0.3', 7777), timeout=4); print(s.recv(64).decode())") ||
-  die "h0 could not connect to h2"
+peer=$("$CLUSTER" exec --name "$name" h0 timeout 30 python3 -c "
+import socket, time
+for i in range(100):
+    try: s = socket.create_connection(('10.77.0.3', 7777), timeout=5); break
+    except ConnectionRefusedError: time.sleep(0.2)
+print(s.recv(64).decode())") || die "h0 could not connect to h2"
 wait
 [ "$peer" = 10.77.0.1 ] || die "h2 saw the connection from '$peer', expected 10.77.0.1"
 echo "h0 -> h2 over TCP: h2 sees 10.77.0.1"
