@@ -13,7 +13,7 @@ expect_fail "--name 'Bad_Name'" "$CLUSTER" up 2 --name Bad_Name
 expect_fail "is not up" "$CLUSTER" mpirun --name ctnone-$$ -np 1 true
 
 # Not root: skipped with the reason (status 77), nothing made.
-if command -v setpriv > /dev/null; then
+if [ "$(id -u)" -eq 0 ] && command -v setpriv > /dev/null; then
   out=$(setpriv --reuid 65534 --regid 65534 --clear-groups "$CLUSTER" up 1 --name ctuser-$$ 2>&1)
   rc=$?
   [ $rc -eq 77 ] && echo "$out" | grep -q "not root" || die "up as nobody: expected status 77 and 'not root', got $rc: $out"
