@@ -97,16 +97,18 @@ make_uts() {
   unshare --uts="$1" hostname "$2" || die "could not make a UTS namespace at $1"
 }
 
-# Shapes device DEV in netns NS: netem DELAY (if given and available) then tbf RATE.
+# Shapes device DEV in netns NS: netem DELAY (if given and available), then below it tbf RATE (if
+# given). The netem path is not exercised on the machine this was written on (no sch_netem there).
 shape() {
   local ns=$1 dev=$2 rate=$3 delay=$4 bits burst parent=root
+  if [ -n "$delay" ] && [ "$NETEM" = yes ]; then
+    ip netns exec "$ns" tc qdisc add dev "$dev" root handle 1: netem delay "$delay" limit 100000
+    parent="parent 1:1 handle 2:"
+  fi
+  [ -n "$rate" ] || return 0
   bits=$(rate_bits "$rate")
   burst=$((bits / 8 / 100))  # 10 ms at the rate, at least 128 KiB (a 64 KiB GSO packet must fit)
   ((burst >= 131072)) || burst=131072
-  if [ -n "$delay" ] && [ "$NETEM" = yes ]; then
-    ip netns exec "$ns" tc qdisc add dev "$dev" root handle 1: netem delay "$delay" limit 100000
-    parent="parent 1: handle 2:"
-  fi
   ip netns exec "$ns" tc qdisc add dev "$dev" $parent tbf rate "$rate" burst "$burst" latency 100ms
 }
 
@@ -195,10 +197,8 @@ cmd_up() {
     ip -n "$ns" link set lo up
     ip -n "$ns" addr add $SUBNET.$((i + 1))/24 dev eth0
     ip -n "$ns" link set eth0 up
-    if [ -n "$rate" ]; then
-      shape "$ns" eth0 "$rate" "$delay"
-      shape "$head" h$i "$rate" ""
-    fi
+    [ -z "$link" ] || shape "$ns" eth0 "$rate" "$delay"
+    [ -z "$rate" ] || shape "$head" h$i "$rate" ""
     set=all
     [ $cpus = split ] && set=$(IFS=,; echo "${all[*]:$((i * per)):$per}")
     echo "$host $ns $DIR/uts/h$i $SUBNET.$((i + 1)) $set" >> "$DIR/hosts"
@@ -213,9 +213,10 @@ cmd_up() {
   if [ -z "$link" ]; then
     echo "link: not shaped (veth at memory speed)"
   else
-    echo "link: rate $rate each way on every host's link (tbf)"
+    [ -z "$rate" ] || echo "link: rate $rate each way on every host's link (tbf)"
     if [ -n "$delay" ] && [ "$NETEM" = yes ]; then echo "link: delay $delay on every host's sending side (netem)"
-    elif [ -n "$delay" ]; then echo "link: delay $delay NOT applied: this kernel has no sch_netem (tc netem fails); only the rate is shaped"
+    elif [ -n "$delay" ]; then
+      echo "link: delay $delay NOT applied: this kernel has no sch_netem (tc netem fails)${rate:+; only the rate is shaped}"
     fi
   fi
   if [ $cpus = split ]; then
