@@ -29,11 +29,11 @@ cleanup() { local n; for n in "${NAMES[@]}"; do "$CLUSTER" down --name "$n" > /d
 trap cleanup EXIT
 trap 'exit 1' INT TERM
 
-# Clusters of earlier runs of these tests whose process is gone (a test killed by CTest's timeout).
-for d in /run/moe-cluster/ct*-[0-9]*; do
-  [ -d "$d" ] || continue
-  pid=${d##*-}
-  kill -0 "$pid" 2> /dev/null || "$CLUSTER" down --name "${d##*/}" > /dev/null 2>&1
+# Clusters of earlier runs of these tests whose process is gone (a test killed by CTest's timeout):
+# each cluster a test makes holds its process id in test_owner.
+for f in /run/moe-cluster/*/test_owner; do
+  [ -f "$f" ] || continue
+  kill -0 "$(cat "$f")" 2> /dev/null || "$CLUSTER" down --name "$(basename "$(dirname "$f")")" > /dev/null 2>&1
 done
 
 # up NAME_TAG HOSTS RANKS_PER_HOST [options]: brings up cluster ct<tag>-<pid>; sets C to its state dir
@@ -47,6 +47,7 @@ up() {
   [ $rc -eq 0 ] || die "cluster.sh up $name failed (status $rc)"
   NAMES+=("$name")
   C=/run/moe-cluster/$name
+  echo $$ > "$C/test_owner"
 }
 
 # Every rank's hostname is the one its slot in the hostfile names (rank r on host r / R).
