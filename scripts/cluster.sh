@@ -173,9 +173,12 @@ cmd_up() {
   trap 'echo "cluster.sh: up failed; cleaning up" >&2; cmd_down >/dev/null 2>&1' ERR
 
   # CPU sets: the allowed cpus of this process, cut into N equal shares, or shared.
-  local all=($(expand_cpus "$(sed -n 's/^Cpus_allowed_list:\s*//p' /proc/self/status)")) per
-  [ $cpus = auto ] && { ((${#all[@]} >= n)) && cpus=split || cpus=shared; }
-  ((${#all[@]} >= n)) || [ $cpus = shared ] || die "--cpus split: ${#all[@]} cores for $n hosts"
+  local all per
+  mapfile -t all < <(expand_cpus "$(sed -n 's/^Cpus_allowed_list:\s*//p' /proc/self/status)")
+  if [ "$cpus" = auto ]; then
+    if ((${#all[@]} >= n)); then cpus="split"; else cpus="shared"; fi
+  fi
+  ((${#all[@]} >= n)) || [ "$cpus" = shared ] || die "--cpus split: ${#all[@]} cores for $n hosts"
   per=$((${#all[@]} / n))
 
   local head; head=$(ns_of head)
@@ -248,8 +251,8 @@ cmd_down() {
 
 cmd_status() {
   [ -f "$DIR/hosts" ] || { echo "cluster '$NAME' is not up (no $DIR/hosts)"; return 1; }
-  local n rph link cpus netem
-  read -r n rph link cpus netem < "$DIR/config"
+  local n rph link cpus
+  read -r n rph link cpus _ < "$DIR/config"
   echo "cluster '$NAME': $n host(s) x $rph rank(s), link $link, cpus $cpus; wrapper $DIR/mpirun"
   printf '%-20s %-20s %-10s %-8s %14s %14s  %s\n' host hostname address cpus tx_bytes rx_bytes qdisc
   local host ns uts addr set hn tx rx q

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by scripts/cluster.sh for `up ... --slurm`: a private Slurm on the cluster, for trying srun
 # and batch scripts (scripts/slurm_train.sbatch) without a real cluster. Everything lives in the
 # cluster's namespaces and state dir, so `down` ends it with the rest:
@@ -58,7 +59,7 @@ EOF
 }
 
 slurm_up() {  # slurm_up N RANKS_PER_HOST
-  local s=$DIR/slurm i line ns uts set pin
+  local s=$DIR/slurm i ns uts set pin
   for i in slurmctld slurmd srun munged mungekey; do
     command -v $i > /dev/null || die "--slurm: no '$i' (scripts/install_deps.sh installs slurmctld, slurmd, slurm-client and munge)"
   done

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by cluster_test.sh (mode harness): scripts/cluster.sh itself.
 expect_fail() {  # expect_fail PATTERN CMD...: CMD fails (status 1) with PATTERN in its message
   local pat=$1 out rc

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by cluster_test.sh (mode srun): Slurm on the cluster (scripts/cluster.sh up --slurm).
 for c in slurmctld slurmd srun munged; do
   command -v $c > /dev/null ||
@@ -23,7 +24,7 @@ check_traffic "$before" "$(link_bytes "$S")" 100000
 # straight run under the cluster's mpirun.
 timeout 120 "$S/mpirun" -np 4 "$MOE" train c.yml checkpoint_dir=m > m.log 2>&1 || { tail m.log; die "mpirun moe train failed"; }
 for extra in --until=3 ""; do
-  MOE=$MOE CONFIG=$PWD/c.yml KEYS= CKPT_DIR=$PWD/sb timeout 180 "$S/sbatch" --wait --chdir="$PWD" \
+  MOE=$MOE CONFIG=$PWD/c.yml KEYS="" CKPT_DIR=$PWD/sb timeout 180 "$S/sbatch" --wait --chdir="$PWD" \
     --output="$PWD/sbatch-%j.out" "$SRC/scripts/slurm_train.sbatch" $extra > sbatch.log 2>&1 ||
     { cat sbatch.log sbatch-*.out; die "sbatch scripts/slurm_train.sbatch $extra failed"; }
 done

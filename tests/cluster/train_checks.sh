@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by cluster_test.sh (mode train): `moe train` across hosts with checkpoints.
 # The same mesh (fsdp 2 x expert 2, 4 ranks) on two host layouts: 2 hosts x 2 ranks (FSDP crosses
 # hosts, EP stays inside) and 4 hosts x 1 rank (everything crosses). The host layout changes where
