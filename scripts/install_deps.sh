@@ -4,6 +4,9 @@
 set -euo pipefail
 pkgs=(build-essential cmake ninja-build pkg-config libyaml-cpp-dev nlohmann-json3-dev libcli11-dev
       libgtest-dev libdnnl-dev ocl-icd-opencl-dev libopenmpi-dev openmpi-bin iproute2
+      # a private single-machine Slurm on the namespace cluster (scripts/cluster.sh up --slurm, CTest
+      # cluster_srun): srun --mpi=pmix and the batch script tested as users run them on a real cluster
+      slurmctld slurmd slurm-client munge
       # fuzzing and the address/undefined-behaviour sanitizers (libFuzzer and the runtimes)
       clang libclang-rt-14-dev llvm
       # the Python package and its PyTorch layer; OpenBLAS so that torch's own matmul is fair
