@@ -77,6 +77,12 @@ double need(const StepTimes& t, const char* kind) {
   return std::max(it->second, 1e-7);
 }
 
+double traced_s(const StepTimes& t) {
+  double s = 0;
+  for (const auto& [k, v] : t.op_s) s += v;
+  return s;
+}
+
 double memcpy_gbps() {
   const size_t n = size_t(64) << 20;
   std::vector<char> a(n, 1), b(n, 0);
@@ -121,13 +127,17 @@ void intra_link(Rates& r, Communicator& world) {
 }  // namespace
 
 Rates calibrate(const CalibrateOptions& o, Communicator& world) {
+  Rates r;
+  if (world.size() > 1) {  // under mpirun: the link only (the kernels are measured by one process alone)
+    intra_link(r, world);
+    return r;
+  }
   if (o.shapes.empty()) fail("moe plan --calibrate: no layer shape to measure");
   ThreadPool& pool = ThreadPool::compute();
   const int full = o.pool_threads > 0 ? o.pool_threads : pool.size();
   auto log = [&](const std::string& s) {
     if (o.log && world.rank() == 0) o.log(s);
   };
-  Rates r;
   r.isa = isa_name(active_isa());
   r.pool_threads = full;
   r.memcpy_gbps = memcpy_gbps();
@@ -146,9 +156,13 @@ Rates calibrate(const CalibrateOptions& o, Communicator& world) {
       g.ffn_backward_gflops = flops / need(t, "ffn_backward") / 1e9;
       g.weight_grads_gflops = flops / need(t, "weight_grads") / 1e9;
       r.gemm.push_back(g);
+      std::string ops;
+      for (const auto& [k, v] : t.op_s) ops += " " + k + "=" + std::to_string(v * 1e3).substr(0, 6);
+      log("    per op (ms):" + ops);
       log(std::string("  ") + dtype_name(L.dtype) + " T=" + std::to_string(L.T) + " D=" + std::to_string(L.D) +
           " F=" + std::to_string(L.F) + " E=" + std::to_string(L.E) + " K=" + std::to_string(L.K) + ": step " +
-          std::to_string(t.step_s * 1e3) + " ms, ffn " + std::to_string(g.ffn_gflops) + " GFLOP/s");
+          std::to_string(t.step_s * 1e3) + " ms (traced ops " + std::to_string(traced_s(t) * 1e3) + " ms), ffn " +
+          std::to_string(g.ffn_gflops) + " GFLOP/s");
       if (div != 1 || !first) continue;
       first = false;  // the bandwidth rates: the first shape at its full token count
       r.router_gflops = 2 * T * D * E / need(t, "router") / 1e9;

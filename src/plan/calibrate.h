@@ -24,7 +24,9 @@ struct CalibrateOptions {
   std::function<void(const std::string&)> log;
 };
 
-// Collective over `world` (every rank runs the kernels; rank 0's numbers are returned).
+// One process: the kernels, memcpy, the side engine's hand-off; the link is derived from memcpy
+// (intra_measured false). Under mpirun (world of >= 2 ranks, collective): only the link's α and β,
+// the rest of the result left empty (rank 0's numbers are returned).
 Rates calibrate(const CalibrateOptions& o, Communicator& world);
 
 }  // namespace moe::plan

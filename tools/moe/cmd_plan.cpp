@@ -33,6 +33,8 @@ void run_calibrate(const PlanArgs& a) {
   if (a.out.empty()) fail("--calibrate needs --out FILE (where the rates go)");
   check_output_dir(a.out, "--out");
   Communicator& w = world();
+  if (w.size() > 1 && a.rates.empty())
+    fail("--calibrate under mpirun measures only the link: give --rates FILE (a single-process calibration) to add it to");
   plan::Rates r;
   plan::CalibrateOptions o;
   o.iters = a.iters;
@@ -50,7 +52,7 @@ void run_calibrate(const PlanArgs& a) {
   }
   if (w.rank() == 0) std::printf("moe plan --calibrate: %zu shape(s), %d iters, %d rank(s)\n", o.shapes.size(), o.iters, w.size());
   run_collectively(w, [&] { r = plan::calibrate(o, w); });
-  if (w.size() > 1 && !a.rates.empty() && w.rank() == 0) {  // keep the kernels of a single-process calibration
+  if (w.size() > 1 && w.rank() == 0) {  // keep the kernels of the single-process calibration
     plan::Rates base = plan::read_rates(a.rates);
     base.intra = r.intra, base.intra_measured = r.intra_measured;
     r = base;
