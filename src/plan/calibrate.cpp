@@ -106,10 +106,29 @@ double side_handoff_us() {
   return median(t);
 }
 
+// The wait for the slowest peer: every rank does the same 2 ms (one core) of memory work, then a
+// 16-byte all-to-all; its median time. On idle cores the ranks arrive together (about α); on shared,
+// loaded cores each rank's work is stretched differently and the early ones wait.
+double sync_skew_s(Communicator& world) {
+  const int W = world.size();
+  std::vector<char> a(size_t(4) << 20, 1), b(a.size());
+  std::vector<char> send(size_t(8 * W), 1), recv(send.size());
+  const A2ALayout layout = A2ALayout::uniform(W, 8);
+  std::vector<double> t;
+  for (int i = 0; i < 31; ++i) {
+    for (int k = 0; k < 4; ++k) std::memcpy(b.data(), a.data(), a.size()), a[size_t(k)] = b[size_t(k + 1)];
+    const double t0 = bench::now_ms();
+    world.all_to_allv(send.data(), recv.data(), layout, 1);
+    if (i > 0) t.push_back((bench::now_ms() - t0) * 1e-3);
+  }
+  return median(t);
+}
+
 void intra_link(Rates& r, Communicator& world) {
   if (world.size() < 2) {
     r.intra.bw_Bps = r.memcpy_gbps * 1e9 / 4;  // MPI's shared memory: two copies (in and out) per byte
     r.intra.lat_s = 2e-6;                       // a default, not measured: run under mpirun -np 2 to measure
+    r.intra.sync_s = 0;
     r.intra_measured = false;
     return;
   }
@@ -121,6 +140,8 @@ void intra_link(Rates& r, Communicator& world) {
   r.intra.lat_s = small.median_ms * 1e-3 / (W - 1);
   const double beta_s = std::max(large.median_ms * 1e-3 - (W - 1) * r.intra.lat_s, 1e-9);
   r.intra.bw_Bps = double(big) * (W - 1) / W / beta_s;
+  r.intra.sync_s = sync_skew_s(world) - r.intra.lat_s * (W - 1);
+  r.intra.sync_s = std::max(r.intra.sync_s, 0.0);
   r.intra_measured = true;
 }
 
@@ -143,6 +164,7 @@ Rates calibrate(const CalibrateOptions& o, Communicator& world) {
   r.memcpy_gbps = memcpy_gbps();
   pool.resize(1);
   bool first = true;
+  std::map<std::string, std::vector<double>> scalar;
   for (const LayerShape& base : o.shapes)
     for (int64_t div : {16, 4, 1}) {
       LayerShape L = base;
@@ -163,15 +185,18 @@ Rates calibrate(const CalibrateOptions& o, Communicator& world) {
           " F=" + std::to_string(L.F) + " E=" + std::to_string(L.E) + " K=" + std::to_string(L.K) + ": step " +
           std::to_string(t.step_s * 1e3) + " ms (traced ops " + std::to_string(traced_s(t) * 1e3) + " ms), ffn " +
           std::to_string(g.ffn_gflops) + " GFLOP/s");
-      if (div != 1 || !first) continue;
-      first = false;  // the bandwidth rates: the first shape at its full token count
-      r.router_gflops = 2 * T * D * E / need(t, "router") / 1e9;
-      r.router_backward_gflops = 4 * T * D * E / need(t, "router_backward") / 1e9;
-      r.sort_ns_per_row = need(t, "sort") / R * 1e9;
-      r.permute_gbps = 2 * R * D * b / need(t, "permute") / 1e9;
-      r.combine_gbps = (R + T) * D * b / need(t, "combine") / 1e9;
-      r.combine_backward_gbps = 2 * R * D * b / need(t, "combine_backward") / 1e9;
-      r.permute_backward_gbps = (R * D * b + T * D * 4) / need(t, "permute_backward") / 1e9;
+      if (!first) continue;
+      // The scalar rates: the median over the first shape's three token counts (one noisy op of a
+      // loaded machine does not set a rate).
+      scalar["router"].push_back(2 * T * D * E / need(t, "router") / 1e9);
+      scalar["router_backward"].push_back(4 * T * D * E / need(t, "router_backward") / 1e9);
+      scalar["sort"].push_back(need(t, "sort") / R * 1e9);
+      scalar["permute"].push_back(2 * R * D * b / need(t, "permute") / 1e9);
+      scalar["combine"].push_back((R + T) * D * b / need(t, "combine") / 1e9);
+      scalar["combine_backward"].push_back(2 * R * D * b / need(t, "combine_backward") / 1e9);
+      scalar["permute_backward"].push_back((R * D * b + T * D * 4) / need(t, "permute_backward") / 1e9);
+      if (div != 1) continue;
+      first = false;
       if (full > 1) {  // the whole step at the full pool against one thread
         pool.resize(full);
         const StepTimes tf = time_layer(L, o.iters);
@@ -179,6 +204,13 @@ Rates calibrate(const CalibrateOptions& o, Communicator& world) {
         r.pool_speedup = t.step_s / tf.step_s;
       }
     }
+  r.router_gflops = median(scalar["router"]);
+  r.router_backward_gflops = median(scalar["router_backward"]);
+  r.sort_ns_per_row = median(scalar["sort"]);
+  r.permute_gbps = median(scalar["permute"]);
+  r.combine_gbps = median(scalar["combine"]);
+  r.combine_backward_gbps = median(scalar["combine_backward"]);
+  r.permute_backward_gbps = median(scalar["permute_backward"]);
   pool.resize(full);
   r.side_op_overhead_us = side_handoff_us();
   intra_link(r, world);

@@ -75,9 +75,10 @@ Cluster parse_cluster(const std::string& spec) {
     else if (key == "inter_lat") c.inter.lat_s = parse_duration(key, value);
     else if (key == "intra_bw") c.intra.bw_Bps = parse_bandwidth(key, value);
     else if (key == "intra_lat") c.intra.lat_s = parse_duration(key, value);
+    else if (key == "sync") c.intra.sync_s = parse_duration(key, value), c.sync_given = true;
     else
       fail("--cluster: unknown item '", key, "' (expected hosts, cores, ranks_per_host, threads, inter_bw, inter_lat, ",
-           "intra_bw, intra_lat)");
+           "intra_bw, intra_lat, sync)");
   }
   if (c.hosts > 1 && !inter_bw) fail("--cluster: hosts=", c.hosts, " needs inter_bw (the link between hosts, e.g. 10Gbit)");
   return c;

@@ -20,6 +20,11 @@ const char* a2a_algo_name(A2AAlgo a) { return a == A2AAlgo::flat ? "flat" : "hie
 
 namespace {
 double inter_bw(const Group& g, const Link& inter) { return inter.bw_Bps / g.sharing; }
+// Every collective of more than one rank waits once for its slowest member (Link::sync_s).
+Cost synced(Cost c, const Group& g, const Link& intra, const Link& inter) {
+  if (g.size > 1) c.alpha_s += g.hosts() > 1 ? std::max(intra.sync_s, inter.sync_s) : intra.sync_s;
+  return c;
+}
 }  // namespace
 
 // Flat (pairwise exchange): P-1 messages of n/P; p_local-1 of them inside the host, P-p_local across.
@@ -32,7 +37,7 @@ Cost all_to_all(A2AAlgo algo, const Group& g, double n, const Link& intra, const
   if (algo == A2AAlgo::flat || g.hosts() == 1) {
     c.alpha_s = (pl - 1) * intra.lat_s + (P - pl) * inter.lat_s;
     c.beta_s = n * (pl - 1) / P / intra.bw_Bps + (P > pl ? n * (P - pl) / P / inter_bw(g, inter) : 0);
-    return c;
+    return synced(c, g, intra, inter);
   }
   // Hierarchical: (1) intra exchange so each local rank holds its share of the host's data for
   // ceil((h-1)/p_local) destination hosts, (2) one aggregated message per host pair (p_local·n/h
@@ -41,7 +46,7 @@ Cost all_to_all(A2AAlgo algo, const Group& g, double n, const Link& intra, const
   //   β: 2·n(p_local-1)/p_local / β_intra + n(h-1)/h / (β_inter/sharing)
   c.alpha_s = 2 * (pl - 1) * intra.lat_s + std::ceil((h - 1) / pl) * inter.lat_s;
   c.beta_s = 2 * n * (pl - 1) / pl / intra.bw_Bps + n * (h - 1) / h / inter_bw(g, inter);
-  return c;
+  return synced(c, g, intra, inter);
 }
 
 // Ring: P-1 steps of n bytes; a ring ordered host by host crosses each host boundary once, so a
@@ -53,7 +58,7 @@ Cost ring_all_gather(const Group& g, double n, const Link& intra, const Link& in
   const bool across = g.hosts() > 1;
   c.alpha_s = steps * (across ? inter.lat_s : intra.lat_s);
   c.beta_s = steps * n / (across ? inter_bw(g, inter) : intra.bw_Bps);
-  return c;
+  return synced(c, g, intra, inter);
 }
 
 // Recursive doubling: ceil(log2 P) steps, the block doubling each time ((P-1)·n bytes in all).
@@ -66,7 +71,7 @@ Cost rd_all_gather(const Group& g, double n, const Link& intra, const Link& inte
   const double pl = g.p_local, h = g.hosts();
   c.alpha_s = std::ceil(std::log2(pl)) * intra.lat_s + std::ceil(std::log2(h)) * inter.lat_s;
   c.beta_s = n * (pl - 1) / intra.bw_Bps + (h > 1 ? n * pl * (h - 1) / (inter.bw_Bps / (g.sharing * pl)) : 0);
-  return c;
+  return synced(c, g, intra, inter);
 }
 
 Cost all_gather(const Group& g, double n, const Link& intra, const Link& inter) {

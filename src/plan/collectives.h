@@ -3,7 +3,9 @@
 // spans h hosts with p_local = P/h of its members on each; `sharing` groups
 // run the same collective at once on every host, so a host's NIC bandwidth is
 // split between them (β_inter per group = inter.bw / sharing). Bytes are per
-// rank. Each formula is written out in the .cpp beside its code.
+// rank. Each formula is written out in the .cpp beside its code. Every
+// collective of P > 1 ranks adds the link's sync_s once (the wait for the
+// slowest member on time-sliced cores; 0 unless measured or given).
 #pragma once
 
 #include <string>

@@ -68,7 +68,8 @@ std::string rates_json(const Rates& r) {
   j["combine_backward_gbps"] = r.combine_backward_gbps;
   j["permute_backward_gbps"] = r.permute_backward_gbps;
   j["memcpy_gbps"] = r.memcpy_gbps;
-  j["intra"] = {{"bw_gbps", r.intra.bw_Bps / 1e9}, {"lat_us", r.intra.lat_s * 1e6}, {"measured", r.intra_measured}};
+  j["intra"] = {{"bw_gbps", r.intra.bw_Bps / 1e9}, {"lat_us", r.intra.lat_s * 1e6}, {"sync_us", r.intra.sync_s * 1e6},
+                {"measured", r.intra_measured}};
   j["side_op_overhead_us"] = r.side_op_overhead_us;
   j["comm_cpu_ns_per_byte"] = r.comm_cpu_ns_per_byte;
   return j.dump(2) + "\n";
@@ -128,6 +129,7 @@ Rates parse_rates(const std::string& text, const std::string& where) {
   if (!j.contains("intra") || !j["intra"].is_object()) fail(where, ": field 'intra' must be an object {bw_gbps, lat_us, measured}");
   r.intra.bw_Bps = positive(j["intra"], "bw_gbps", where + ": intra") * 1e9;
   r.intra.lat_s = positive(j["intra"], "lat_us", where + ": intra", true) * 1e-6;
+  r.intra.sync_s = j["intra"].contains("sync_us") ? positive(j["intra"], "sync_us", where + ": intra", true) * 1e-6 : 0;
   r.intra_measured = j["intra"].value("measured", false);
   r.side_op_overhead_us = positive(j, "side_op_overhead_us", where, true);
   r.comm_cpu_ns_per_byte = positive(j, "comm_cpu_ns_per_byte", where, true);

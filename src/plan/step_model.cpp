@@ -163,8 +163,10 @@ Step make_step(const LayerShape& L, const Layout& lay, const Cluster& cl, const 
   s.b = double(dtype_size(L.dtype));
   s.wb = double(dtype_size(L.weight_dtype));
   s.intra = cl.intra.bw_Bps > 0 ? cl.intra : r.intra;
+  s.intra.sync_s = cl.sync_given ? cl.intra.sync_s : cl.hosts == 1 ? r.intra.sync_s : 0;
   s.intra.bw_Bps *= std::min(1.0, cl.cores_per_rank());  // shared-memory copies are CPU work
   s.inter = cl.inter;
+  s.inter.sync_s = cl.sync_given ? cl.intra.sync_s : 0;
   const int rph = cl.ranks_per_host;
   s.ep = make_group(lay.expert, 1, rph);
   s.fs = make_group(lay.fsdp, lay.expert, rph);
