@@ -43,7 +43,8 @@ GemmPoint Rates::ffn_at(DType dtype, int64_t D, int64_t F, double rows_per_exper
 double Rates::speed(double cores, int threads) const {
   const double c = std::min(cores, double(std::max(threads, 1)));
   if (c <= 1) return std::max(c, 1e-6);
-  const double per_thread = pool_threads > 1 ? (pool_speedup - 1) / (pool_threads - 1) : 1.0;
+  // Clamped to [0, 1] per extra thread: a speedup below 1 (measured on a loaded machine) adds nothing.
+  const double per_thread = pool_threads > 1 ? std::clamp((pool_speedup - 1) / (pool_threads - 1), 0.0, 1.0) : 1.0;
   return 1 + (c - 1) * per_thread;
 }
 
