@@ -13,6 +13,7 @@ CLUSTER_DIR=${CLUSTER_DIR:-/work/wt/cluster}
 C="$CLUSTER_DIR/scripts/cluster.sh"
 MOE=$PWD/build/moe
 VARIANTS=${VARIANTS:-"ep4+all fsdp2_ep2+all ep4_chunks4+all"}
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 W=/run/moe-cluster/plan/mpirun
 for rate in "$@"; do
   "$C" down --name plan >/dev/null 2>&1 || true
