@@ -4,7 +4,8 @@
 # the link's α, β and sync measured with 1 rank per host (moe plan --calibrate under mpirun), the
 # `moe bench --dist` variants measured, then predicted with the measured link. Needs root and the
 # single-process rates of scripts/plan_validate.sh (OUT_DIR/rates.json).
-# Usage: scripts/plan_cluster.sh OUT_DIR RATE... (e.g. out/plan 1gbit 200mbit)
+# Usage: [VARIANTS="v1 v2"] scripts/plan_cluster.sh OUT_DIR RATE... (e.g. out/plan 1gbit 200mbit);
+# a rate already measured (OUT_DIR/m_cluster_RATE.json) with SKIP_MEASURED=1 is only predicted.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=$1
@@ -16,14 +17,20 @@ VARIANTS=${VARIANTS:-"ep4+all fsdp2_ep2+all ep4_chunks4+all"}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 W=/run/moe-cluster/plan/mpirun
 for rate in "$@"; do
+  if [[ ${SKIP_MEASURED:-0} == 1 && -f $OUT/m_cluster_$rate.json ]]; then measured=1; else measured=0; fi
+  if ((measured == 0)); then
   "$C" down --name plan >/dev/null 2>&1 || true
   "$C" up 2 --name plan --ranks-per-host 2 --link "$rate"
   echo "load ($rate): $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$OUT/load.txt"
   $W -np 2 --map-by node "$MOE" plan --calibrate --rates "$PWD/$OUT/rates.json" --out "$PWD/$OUT/link_$rate.json"
   args=()
   for v in $VARIANTS; do args+=(--variant "$v"); done
-  $W -np 4 -x MOE_NUM_THREADS=1 "$MOE" bench --dist --iters 5 --warmup 2 "${args[@]}" --json "$PWD/$OUT/m_cluster_$rate.json"
+  # A slow link under load can starve the watchdog's liveness probe: give it a minute.
+  $W -np 4 -x MOE_NUM_THREADS=1 "$MOE" bench --dist --iters 5 --warmup 2 "${args[@]}" collective_liveness_s=60 \
+    --json "$PWD/$OUT/m_cluster_$rate.json" || echo "bench failed at $rate"
   "$C" down --name plan
+  fi
+  [[ -f $OUT/m_cluster_$rate.json ]] || continue
   read -r bw lat sync < <(python3 -c "import json; i=json.load(open('$OUT/link_$rate.json'))['intra']; print(i['bw_gbps'], i['lat_us'], i['sync_us'])")
   python3 - "$OUT/m_cluster_$rate.json" <<'PY' | while read -r v; do
 import json, sys
@@ -42,6 +49,8 @@ out = sys.argv[1]
 print("| link (tc rate) | measured link: GB/s, α us, sync us | variant | measured median ms (min-max) | predicted ms | predicted / measured | measured exposed ms | predicted exposed ms |")
 print("|---|---|---|---|---|---|---|---|")
 for rate in sys.argv[2:]:
+    if not os.path.exists(os.path.join(out, "m_cluster_%s.json" % rate)):
+        continue
     i = json.load(open(os.path.join(out, "link_%s.json" % rate)))["intra"]
     for r in json.load(open(os.path.join(out, "m_cluster_%s.json" % rate)))["dist_results"]:
         p = json.load(open(os.path.join(out, "p_cluster_%s_%s.json" % (rate, r["variant"]))))["ranked"][0]
