@@ -26,7 +26,7 @@ for rate in "$@"; do
   args=()
   for v in $VARIANTS; do args+=(--variant "$v"); done
   # A slow link under load can starve the watchdog's liveness probe: give it a minute.
-  $W -np 4 -x MOE_NUM_THREADS=1 "$MOE" bench --dist --iters 5 --warmup 2 "${args[@]}" collective_liveness_s=60 \
+  $W -np 4 -x MOE_NUM_THREADS=1 "$MOE" bench --dist collective_liveness_s=60 --iters 5 --warmup 2 "${args[@]}" \
     --json "$PWD/$OUT/m_cluster_$rate.json" || echo "bench failed at $rate"
   "$C" down --name plan
   fi
