@@ -49,6 +49,13 @@ TEST(CliPlan, CalibrateTinyThenPlan) {
                        dir.path());
   ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
   EXPECT_NE(r.out.find("d1 f1 e4 c1 +none flat"), std::string::npos) << r.out;
+  // A config's own layout, checked against the described cluster (not this process's world).
+  r = testing::run_moe("plan --rates " + rates + " --config " + std::string(MOE_SOURCE_DIR) +
+                           "/examples/small.yaml expert_parallelism=2 --layout-from-config --tokens 32 "
+                           "--cluster cores=2,ranks_per_host=2",
+                       dir.path());
+  ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
+  EXPECT_NE(r.out.find("d1 f1 e2 c1 +none flat"), std::string::npos) << r.out;
   // A variant whose mesh does not match the cluster: an error naming both.
   r = testing::run_moe("plan --rates " + rates + " --bench-variant baseline_ep4 --cluster cores=2,ranks_per_host=2", dir.path());
   EXPECT_EQ(r.exit_code, 1);

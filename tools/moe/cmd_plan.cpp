@@ -88,7 +88,8 @@ Input input_of(const PlanArgs& a, const plan::Cluster& cl) {
     const bench::Case& c = bench::find_case(a.case_name);
     in.L = plan::shape_of(bench::case_config(c, DType::bf16), a.tokens > 0 ? a.tokens : c.T, c.name);
   } else if (!a.config.empty()) {
-    const Config cfg = load(a.config, a.overrides);
+    // The config's own rules only: its mesh is checked against the described cluster, not this world.
+    const Config cfg = load_config(a.config, a.overrides).config;
     in.L = plan::shape_of(cfg, a.tokens > 0 ? a.tokens : 256, a.config);
     if (a.layout_from_config) in.fixed = true, in.layout = plan::layout_of(cfg, cl.ranks(), algo);
   } else {
