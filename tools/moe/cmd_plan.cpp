@@ -23,6 +23,7 @@ namespace {
 
 struct PlanArgs {
   bool calibrate = false, tiny = false, sweep = false, layout_from_config = false;
+  std::string weight_dtype;
   std::string out, rates, cluster, case_name, config, bench_variant, json, a2a = "flat";
   std::vector<std::string> overrides;
   int64_t tokens = 0;
@@ -103,6 +104,7 @@ Input input_of(const PlanArgs& a, const plan::Cluster& cl) {
       }
     if (!in.fixed) fail("--bench-variant ", a.bench_variant, ": unknown (moe bench --dist --list shows them)");
   }
+  if (!a.weight_dtype.empty()) in.L.weight_dtype = a.weight_dtype == "f32" ? DType::f32 : DType::bf16;
   if (in.fixed) {
     const std::string why = plan::check_layout(in.L, in.layout, cl);
     if (!why.empty()) fail("moe plan: layout ", in.layout.name(), " does not fit: ", why);
@@ -182,6 +184,8 @@ void add_plan(CLI::App& app) {
   c->add_flag("--layout-from-config", a->layout_from_config, "--config: predict only the config's own layout");
   c->add_option("--bench-variant", a->bench_variant, "A moe bench --dist variant: its layer and layout");
   c->add_option("--a2a", a->a2a, "All-to-all algorithm of a fixed layout")->check(CLI::IsMember({"flat", "hierarchical"}));
+  c->add_option("--weight-dtype", a->weight_dtype, "Stored weight dtype of the layer (a case's default: f32; moe bench's: bf16)")
+      ->check(CLI::IsMember({"bf16", "f32"}));
   c->add_option("--tokens", a->tokens, "Tokens per rank (default: the case's T; 256 for a config or variant)");
   c->add_option("--top", a->top, "Ranked layouts to print (default 12)");
   c->add_flag("--sweep", a->sweep, "Predictions from 8 to 1024 hosts at 10 and 100 Gbit/s (seed-mixtral, many-experts)");
