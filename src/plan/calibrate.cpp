@@ -37,12 +37,13 @@ struct StepTimes {
 // Steps a one-rank layer `iters` times (after one warm-up) and returns the per-kind medians.
 StepTimes time_layer(const LayerShape& L, int iters) {
   const char* yaml = "num_experts: 8\nnum_experts_per_tok: 2\nemb_dim: 64\nmoe_mlp_dim: 32\n";
-  Config cfg = parse_config(yaml, "<moe plan --calibrate>",
-                            {"num_experts=" + std::to_string(L.E), "num_experts_per_tok=" + std::to_string(L.K),
-                             "emb_dim=" + std::to_string(L.D), "moe_mlp_dim=" + std::to_string(L.F),
-                             std::string("dtype=") + dtype_name(L.dtype),
-                             std::string("weight_dtype=") + dtype_name(L.weight_dtype)})
-                   .config;
+  Config cfg =
+      parse_config(yaml, "<moe plan --calibrate>",
+                   {"num_experts=" + std::to_string(L.E), "num_experts_per_tok=" + std::to_string(L.K),
+                    "emb_dim=" + std::to_string(L.D), "moe_mlp_dim=" + std::to_string(L.F),
+                    std::string("dtype=") + dtype_name(L.dtype),
+                    std::string("weight_dtype=") + dtype_name(L.weight_dtype)})
+          .config;
   std::unique_ptr<Communicator> self = make_single_process_comm();
   Mesh mesh(*self, MeshShape{});
   StepTrace trace(0);
@@ -129,7 +130,7 @@ double sync_skew_s(Communicator& world) {
 void intra_link(Rates& r, Communicator& world) {
   if (world.size() < 2) {
     r.intra.bw_Bps = r.memcpy_gbps * 1e9 / 4;  // MPI's shared memory: two copies (in and out) per byte
-    r.intra.lat_s = 2e-6;                       // a default, not measured: run under mpirun -np 2 to measure
+    r.intra.lat_s = 2e-6;                      // a default, not measured: run under mpirun -np 2 to measure
     r.intra.sync_s = 0;
     r.intra_measured = false;
     return;
@@ -183,10 +184,10 @@ Rates calibrate(const CalibrateOptions& o, Communicator& world) {
       std::string ops;
       for (const auto& [k, v] : t.op_s) ops += " " + k + "=" + std::to_string(v * 1e3).substr(0, 6);
       log("    per op (ms):" + ops);
-      log(std::string("  ") + dtype_name(L.dtype) + " T=" + std::to_string(L.T) + " D=" + std::to_string(L.D) +
-          " F=" + std::to_string(L.F) + " E=" + std::to_string(L.E) + " K=" + std::to_string(L.K) + ": step " +
-          std::to_string(t.step_s * 1e3) + " ms (traced ops " + std::to_string(traced_s(t) * 1e3) + " ms), ffn " +
-          std::to_string(g.ffn_gflops) + " GFLOP/s");
+      log(std::string("  ") + dtype_name(L.dtype) + " T=" + std::to_string(L.T) +
+          " D=" + std::to_string(L.D) + " F=" + std::to_string(L.F) + " E=" + std::to_string(L.E) +
+          " K=" + std::to_string(L.K) + ": step " + std::to_string(t.step_s * 1e3) + " ms (traced ops " +
+          std::to_string(traced_s(t) * 1e3) + " ms), ffn " + std::to_string(g.ffn_gflops) + " GFLOP/s");
       if (!first) continue;
       // The scalar rates: the median over the first shape's three token counts (one noisy op of a
       // loaded machine does not set a rate).
@@ -218,7 +219,8 @@ Rates calibrate(const CalibrateOptions& o, Communicator& world) {
   intra_link(r, world);
   r.comm_cpu_ns_per_byte = 1.3;  // not measured here: docs/benchmarks.md's TCP probe, 2.7 core-ms per 2.1 MB
   const unsigned hc = std::thread::hardware_concurrency();
-  r.machine = std::to_string(hc) + " logical CPUs, " + std::to_string(world.size()) + " rank(s) during calibration";
+  r.machine =
+      std::to_string(hc) + " logical CPUs, " + std::to_string(world.size()) + " rank(s) during calibration";
   return r;
 }
 

@@ -20,7 +20,7 @@ namespace moe::plan {
 struct CalibrateOptions {
   std::vector<LayerShape> shapes;  // T of each: the largest token count; also T/4 and T/16
   int iters = 3;
-  int pool_threads = 0;            // 0: the compute pool's size when called
+  int pool_threads = 0;  // 0: the compute pool's size when called
   std::function<void(const std::string&)> log;
 };
 

@@ -18,12 +18,12 @@ struct Link {
 
 struct Cluster {
   int hosts = 1;
-  double cores = 2;        // per host
+  double cores = 2;  // per host
   int ranks_per_host = 1;
-  Link intra;              // between ranks of one host (bw 0: take the calibrated one, with its sync)
-  Link inter;              // one host's NIC (every rank of the host shares its bw)
-  int threads = 0;         // compute-pool threads per rank (0: max(1, cores per rank))
-  bool sync_given = false; // sync= given (else: the rates file's on one host, 0 across hosts)
+  Link intra;               // between ranks of one host (bw 0: take the calibrated one, with its sync)
+  Link inter;               // one host's NIC (every rank of the host shares its bw)
+  int threads = 0;          // compute-pool threads per rank (0: max(1, cores per rank))
+  bool sync_given = false;  // sync= given (else: the rates file's on one host, 0 across hosts)
   int ranks() const { return hosts * ranks_per_host; }
   // Cores each rank gets; < 1 when ranks oversubscribe the host's cores.
   double cores_per_rank() const { return cores / ranks_per_host; }

@@ -15,7 +15,8 @@ LayerShape shape_of(const Config& cfg, int64_t T, const std::string& name) {
 }
 
 Layout layout_of(const Config& cfg, int ranks, A2AAlgo a2a) {
-  const MeshShape m = resolve_mesh_shape(cfg.data_parallelism, cfg.fsdp_parallelism, cfg.expert_parallelism, ranks, true);
+  const MeshShape m =
+      resolve_mesh_shape(cfg.data_parallelism, cfg.fsdp_parallelism, cfg.expert_parallelism, ranks, true);
   Layout l;
   l.data = m.data, l.fsdp = m.fsdp, l.expert = m.expert;
   l.chunks = int(std::max<int64_t>(cfg.num_moe_token_chunks, 1));

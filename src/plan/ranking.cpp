@@ -74,8 +74,8 @@ std::vector<Prediction> rank_layouts(const LayerShape& L, const Cluster& cl, con
 
 std::vector<std::pair<std::string, double>> dominant_terms(const Prediction& p, size_t n) {
   std::vector<std::pair<std::string, double>> t;
-  static const std::vector<std::string> comm = {"AG:weights", "AG:aux_stats", "AG:counts", "A2A", "AG:ring",
-                                                 "RS:ring", "grad:experts", "AR:router"};
+  static const std::vector<std::string> comm = {"AG:weights", "AG:aux_stats", "AG:counts",    "A2A",
+                                                "AG:ring",    "RS:ring",      "grad:experts", "AR:router"};
   for (const auto& [k, v] : p.terms)
     if (std::find(comm.begin(), comm.end(), k) == comm.end()) t.push_back({k, v});
   for (const auto& [k, v] : p.exposed) t.push_back({"exposed " + k, v});
@@ -88,7 +88,8 @@ std::string explain_winner(const std::vector<Prediction>& ranked) {
   if (ranked.empty()) return "no layout fits (see the reasons above)\n";
   const Prediction& w = ranked[0];
   std::string s = "why " + w.layout.name() + " wins: step " + ms(w.step_s) + " = compute " + ms(w.compute_s) +
-                  " + exposed communication " + ms(w.exposed_comm_s) + " (of " + ms(w.comm_s) + " in collectives)\n";
+                  " + exposed communication " + ms(w.exposed_comm_s) + " (of " + ms(w.comm_s) +
+                  " in collectives)\n";
   s += "  dominant terms:";
   for (const auto& [k, v] : dominant_terms(w, 4)) s += " " + k + " " + ms(v) + ";";
   s += "\n";
@@ -106,7 +107,8 @@ std::string explain_winner(const std::vector<Prediction>& ranked) {
   for (const auto& [k, v] : b) diff.push_back({k, v - (a.count(k) ? a[k] : 0)});
   for (const auto& [k, v] : a)
     if (!b.count(k)) diff.push_back({k, -v});
-  std::sort(diff.begin(), diff.end(), [](auto& x, auto& y) { return std::abs(x.second) > std::abs(y.second); });
+  std::sort(diff.begin(), diff.end(),
+            [](auto& x, auto& y) { return std::abs(x.second) > std::abs(y.second); });
   for (size_t i = 0; i < std::min<size_t>(3, diff.size()); ++i)
     s += " " + diff[i].first + " " + (diff[i].second >= 0 ? "+" : "") + ms(diff[i].second) + ";";
   s += "\n";
@@ -123,9 +125,13 @@ std::string format_prediction(const Prediction& p) {
 std::string prediction_json(const Prediction& p, bool with_ops) {
   nlohmann::json j;
   const Layout& l = p.layout;
-  j["layout"] = {{"name", l.name()}, {"data_parallelism", l.data}, {"fsdp_parallelism", l.fsdp},
-                 {"expert_parallelism", l.expert}, {"num_moe_token_chunks", l.chunks},
-                 {"use_ring_of_experts", l.ring}, {"moe_offload_targets", l.offload_text()},
+  j["layout"] = {{"name", l.name()},
+                 {"data_parallelism", l.data},
+                 {"fsdp_parallelism", l.fsdp},
+                 {"expert_parallelism", l.expert},
+                 {"num_moe_token_chunks", l.chunks},
+                 {"use_ring_of_experts", l.ring},
+                 {"moe_offload_targets", l.offload_text()},
                  {"all_to_all", a2a_algo_name(l.a2a)}};
   j["step_ms"] = p.step_s * 1e3;
   j["compute_ms"] = p.compute_s * 1e3;
@@ -138,8 +144,11 @@ std::string prediction_json(const Prediction& p, bool with_ops) {
   if (with_ops) {
     j["ops"] = nlohmann::json::array();
     for (const SimOp& o : p.ops)
-      j["ops"].push_back({{"name", o.name}, {"engine", o.side ? "side" : "compute"}, {"comm", o.comm},
-                          {"start_ms", o.start * 1e3}, {"end_ms", o.end * 1e3}});
+      j["ops"].push_back({{"name", o.name},
+                          {"engine", o.side ? "side" : "compute"},
+                          {"comm", o.comm},
+                          {"start_ms", o.start * 1e3},
+                          {"end_ms", o.end * 1e3}});
   }
   return j.dump();
 }
@@ -170,13 +179,15 @@ std::vector<SweepRow> sweep(const std::vector<LayerShape>& layers, const Rates& 
 }
 
 std::string format_sweep(const std::vector<SweepRow>& rows) {
-  std::string s = "| layer | hosts | link Gbit/s | step ms | exposed comm ms | compute ms | layout picked | Mtokens/s | gain vs half the hosts |\n"
-                  "|---|---|---|---|---|---|---|---|---|\n";
+  std::string s =
+      "| layer | hosts | link Gbit/s | step ms | exposed comm ms | compute ms | layout picked | Mtokens/s | "
+      "gain vs half the hosts |\n"
+      "|---|---|---|---|---|---|---|---|---|\n";
   for (const SweepRow& r : rows) {
     char b[512];
-    std::snprintf(b, sizeof b, "| %s | %d | %.0f | %.1f | %.1f | %.1f | %s | %.2f | %s%s |\n", r.layer.c_str(), r.hosts,
-                  r.inter_gbit, r.best.step_s * 1e3, r.best.exposed_comm_s * 1e3, r.best.compute_s * 1e3,
-                  r.best.layout.name().c_str(), r.tokens_per_s / 1e6,
+    std::snprintf(b, sizeof b, "| %s | %d | %.0f | %.1f | %.1f | %.1f | %s | %.2f | %s%s |\n",
+                  r.layer.c_str(), r.hosts, r.inter_gbit, r.best.step_s * 1e3, r.best.exposed_comm_s * 1e3,
+                  r.best.compute_s * 1e3, r.best.layout.name().c_str(), r.tokens_per_s / 1e6,
                   r.gain > 0 ? (std::to_string(r.gain).substr(0, 4) + "x").c_str() : "—",
                   r.stops_paying ? " **stops paying**" : "");
     s += b;

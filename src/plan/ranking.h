@@ -30,9 +30,9 @@ struct SweepRow {
   int hosts = 0;
   double inter_gbit = 0;
   Prediction best;
-  double tokens_per_s = 0;   // hosts*ranks_per_host*T / step
-  double gain = 0;           // tokens_per_s over the row with half the hosts (0 for the first)
-  bool stops_paying = false; // the first doubling whose gain is below 1.5x
+  double tokens_per_s = 0;    // hosts*ranks_per_host*T / step
+  double gain = 0;            // tokens_per_s over the row with half the hosts (0 for the first)
+  bool stops_paying = false;  // the first doubling whose gain is below 1.5x
 };
 struct SweepOptions {
   std::vector<int> hosts = {8, 16, 32, 64, 128, 256, 512, 1024};

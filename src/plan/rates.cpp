@@ -17,12 +17,15 @@ GemmPoint Rates::ffn_at(DType dtype, int64_t D, int64_t F, double rows_per_exper
   // Nearest size D·F (log distance) among the points of the dtype.
   double best = 1e300;
   for (const GemmPoint& p : gemm)
-    if (p.dtype == dtype || !any_same) best = std::min(best, std::fabs(std::log(double(p.D * p.F) / double(D * F))));
+    if (p.dtype == dtype || !any_same)
+      best = std::min(best, std::fabs(std::log(double(p.D * p.F) / double(D * F))));
   std::vector<GemmPoint> pts;
   for (const GemmPoint& p : gemm)
-    if ((p.dtype == dtype || !any_same) && std::fabs(std::log(double(p.D * p.F) / double(D * F))) <= best + 1e-9)
+    if ((p.dtype == dtype || !any_same) &&
+        std::fabs(std::log(double(p.D * p.F) / double(D * F))) <= best + 1e-9)
       pts.push_back(p);
-  std::sort(pts.begin(), pts.end(), [](const GemmPoint& a, const GemmPoint& b) { return a.rows_per_expert < b.rows_per_expert; });
+  std::sort(pts.begin(), pts.end(),
+            [](const GemmPoint& a, const GemmPoint& b) { return a.rows_per_expert < b.rows_per_expert; });
   const double m = std::max(rows_per_expert, 1e-9);
   if (m <= pts.front().rows_per_expert) return pts.front();
   if (m >= pts.back().rows_per_expert) return pts.back();
@@ -44,7 +47,8 @@ double Rates::speed(double cores, int threads) const {
   const double c = std::min(cores, double(std::max(threads, 1)));
   if (c <= 1) return std::max(c, 1e-6);
   // Clamped to [0, 1] per extra thread: a speedup below 1 (measured on a loaded machine) adds nothing.
-  const double per_thread = pool_threads > 1 ? std::clamp((pool_speedup - 1) / (pool_threads - 1), 0.0, 1.0) : 1.0;
+  const double per_thread =
+      pool_threads > 1 ? std::clamp((pool_speedup - 1) / (pool_threads - 1), 0.0, 1.0) : 1.0;
   return 1 + (c - 1) * per_thread;
 }
 
@@ -58,8 +62,12 @@ std::string rates_json(const Rates& r) {
   j["pool_speedup"] = r.pool_speedup;
   j["gemm"] = nlohmann::json::array();
   for (const GemmPoint& p : r.gemm)
-    j["gemm"].push_back({{"dtype", dtype_name(p.dtype)}, {"D", p.D}, {"F", p.F}, {"rows_per_expert", p.rows_per_expert},
-                         {"ffn_gflops", p.ffn_gflops}, {"ffn_backward_gflops", p.ffn_backward_gflops},
+    j["gemm"].push_back({{"dtype", dtype_name(p.dtype)},
+                         {"D", p.D},
+                         {"F", p.F},
+                         {"rows_per_expert", p.rows_per_expert},
+                         {"ffn_gflops", p.ffn_gflops},
+                         {"ffn_backward_gflops", p.ffn_backward_gflops},
                          {"weight_grads_gflops", p.weight_grads_gflops}});
   j["router_gflops"] = r.router_gflops;
   j["router_backward_gflops"] = r.router_backward_gflops;
@@ -69,7 +77,9 @@ std::string rates_json(const Rates& r) {
   j["combine_backward_gbps"] = r.combine_backward_gbps;
   j["permute_backward_gbps"] = r.permute_backward_gbps;
   j["memcpy_gbps"] = r.memcpy_gbps;
-  j["intra"] = {{"bw_gbps", r.intra.bw_Bps / 1e9}, {"lat_us", r.intra.lat_s * 1e6}, {"sync_us", r.intra.sync_s * 1e6},
+  j["intra"] = {{"bw_gbps", r.intra.bw_Bps / 1e9},
+                {"lat_us", r.intra.lat_s * 1e6},
+                {"sync_us", r.intra.sync_s * 1e6},
                 {"measured", r.intra_measured}};
   j["side_op_overhead_us"] = r.side_op_overhead_us;
   j["comm_cpu_ns_per_byte"] = r.comm_cpu_ns_per_byte;
@@ -90,9 +100,11 @@ double positive(const nlohmann::json& j, const char* key, const std::string& whe
 GemmPoint parse_point(const nlohmann::json& p, const std::string& where) {
   if (!p.is_object()) fail(where, ": expected an object");
   GemmPoint g;
-  if (!p.contains("dtype") || !p["dtype"].is_string()) fail(where, ": field 'dtype' must be \"bf16\" or \"f32\"");
+  if (!p.contains("dtype") || !p["dtype"].is_string())
+    fail(where, ": field 'dtype' must be \"bf16\" or \"f32\"");
   const std::string dt = p["dtype"].get<std::string>();
-  if (dt != "bf16" && dt != "f32") fail(where, ": field 'dtype' must be \"bf16\" or \"f32\" (got \"", dt, "\")");
+  if (dt != "bf16" && dt != "f32")
+    fail(where, ": field 'dtype' must be \"bf16\" or \"f32\" (got \"", dt, "\")");
   g.dtype = dt == "bf16" ? DType::bf16 : DType::f32;
   g.D = int64_t(positive(p, "D", where));
   g.F = int64_t(positive(p, "F", where));
@@ -127,10 +139,12 @@ Rates parse_rates(const std::string& text, const std::string& where) {
   r.combine_backward_gbps = positive(j, "combine_backward_gbps", where);
   r.permute_backward_gbps = positive(j, "permute_backward_gbps", where);
   r.memcpy_gbps = positive(j, "memcpy_gbps", where);
-  if (!j.contains("intra") || !j["intra"].is_object()) fail(where, ": field 'intra' must be an object {bw_gbps, lat_us, measured}");
+  if (!j.contains("intra") || !j["intra"].is_object())
+    fail(where, ": field 'intra' must be an object {bw_gbps, lat_us, measured}");
   r.intra.bw_Bps = positive(j["intra"], "bw_gbps", where + ": intra") * 1e9;
   r.intra.lat_s = positive(j["intra"], "lat_us", where + ": intra", true) * 1e-6;
-  r.intra.sync_s = j["intra"].contains("sync_us") ? positive(j["intra"], "sync_us", where + ": intra", true) * 1e-6 : 0;
+  r.intra.sync_s =
+      j["intra"].contains("sync_us") ? positive(j["intra"], "sync_us", where + ": intra", true) * 1e-6 : 0;
   r.intra_measured = j["intra"].value("measured", false);
   r.side_op_overhead_us = positive(j, "side_op_overhead_us", where, true);
   r.comm_cpu_ns_per_byte = positive(j, "comm_cpu_ns_per_byte", where, true);

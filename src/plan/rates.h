@@ -22,10 +22,10 @@ struct GemmPoint {
 };
 
 struct Rates {
-  std::string machine;            // free text (CPU, date, load)
+  std::string machine;  // free text (CPU, date, load)
   std::string isa;
-  int pool_threads = 1;           // threads of the speedup measurement
-  double pool_speedup = 1;        // step time at 1 thread / at pool_threads
+  int pool_threads = 1;     // threads of the speedup measurement
+  double pool_speedup = 1;  // step time at 1 thread / at pool_threads
   std::vector<GemmPoint> gemm;
   double router_gflops = 0;           // 2·T·D·E (f32, + softmax/top-k)
   double router_backward_gflops = 0;  // 4·T·D·E (+ the aux losses' backward)

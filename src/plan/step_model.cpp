@@ -10,7 +10,8 @@ namespace moe::plan {
 std::string Layout::offload_text() const {
   if (off_fsdp && off_ep && off_sort) return "all";
   std::string s;
-  for (auto [on, name] : {std::pair{off_fsdp, "fsdp_all_gather"}, {off_ep, "ep_collectives"}, {off_sort, "ragged_sort"}})
+  for (auto [on, name] :
+       {std::pair{off_fsdp, "fsdp_all_gather"}, {off_ep, "ep_collectives"}, {off_sort, "ragged_sort"}})
     if (on) s += (s.empty() ? "" : ",") + std::string(name);
   return s;
 }
@@ -27,12 +28,18 @@ std::string Layout::name() const {
 
 std::string check_layout(const LayerShape& L, const Layout& lay, const Cluster& cl) {
   std::ostringstream o;
-  if (lay.data < 1 || lay.fsdp < 1 || lay.expert < 1 || lay.chunks < 1) o << "mesh sizes and chunks must be >= 1";
-  else if (lay.ranks() != cl.ranks()) o << "data*fsdp*expert=" << lay.ranks() << " but the cluster has " << cl.ranks() << " ranks";
-  else if (L.E % lay.expert) o << "num_experts=" << L.E << " is not divisible by expert_parallelism=" << lay.expert;
-  else if (L.D % lay.fsdp) o << "emb_dim=" << L.D << " is not divisible by fsdp_parallelism=" << lay.fsdp;
-  else if (lay.ring && lay.expert == 1) o << "the ring of experts needs expert_parallelism > 1";
-  else if (L.T < lay.chunks) o << "fewer tokens per rank (" << L.T << ") than chunks (" << lay.chunks << ")";
+  if (lay.data < 1 || lay.fsdp < 1 || lay.expert < 1 || lay.chunks < 1)
+    o << "mesh sizes and chunks must be >= 1";
+  else if (lay.ranks() != cl.ranks())
+    o << "data*fsdp*expert=" << lay.ranks() << " but the cluster has " << cl.ranks() << " ranks";
+  else if (L.E % lay.expert)
+    o << "num_experts=" << L.E << " is not divisible by expert_parallelism=" << lay.expert;
+  else if (L.D % lay.fsdp)
+    o << "emb_dim=" << L.D << " is not divisible by fsdp_parallelism=" << lay.fsdp;
+  else if (lay.ring && lay.expert == 1)
+    o << "the ring of experts needs expert_parallelism > 1";
+  else if (L.T < lay.chunks)
+    o << "fewer tokens per rank (" << L.T << ") than chunks (" << lay.chunks << ")";
   return o.str();
 }
 
@@ -66,7 +73,8 @@ class Sim {
 
   // A collective of `cost` (+ `extra` seconds of local work in the same op: copies, ordered sums);
   // `cpu`: the seconds of one core it keeps busy.
-  Ev collective(bool offloaded, const std::string& name, const std::string& term, const Cost& cost, double extra, double cpu) {
+  Ev collective(bool offloaded, const std::string& name, const std::string& term, const Cost& cost,
+                double extra, double cpu) {
     const double dur = cost.total() + extra;
     p_.comm_s += cost.total();
     p_.terms[term] += dur;
@@ -106,7 +114,9 @@ class Sim {
   struct SideIv {
     double start, end, cpu;
   };
-  void record(const std::string& name, bool side, bool comm, double a, double b) { p_.ops.push_back({name, side, comm, a, b}); }
+  void record(const std::string& name, bool side, bool comm, double a, double b) {
+    p_.ops.push_back({name, side, comm, a, b});
+  }
   Prediction& p_;
   double steal_, handoff_;
   double t_ = 0, side_free_ = 0;
@@ -115,12 +125,15 @@ class Sim {
 
 // prepare / compute / finish over n chunks with `lookahead` chunks prepared ahead (run_pipeline of
 // src/distributed/dist_step.h).
-void pipeline(int64_t n, int64_t look, const std::function<void(int64_t)>& prep, const std::function<void(int64_t)>& comp,
-              const std::function<void(int64_t)>& fin, const std::function<void()>& before_drain) {
+void pipeline(int64_t n, int64_t look, const std::function<void(int64_t)>& prep,
+              const std::function<void(int64_t)>& comp, const std::function<void(int64_t)>& fin,
+              const std::function<void()>& before_drain) {
   for (int64_t c = 0; c < std::min(look, n); ++c) prep(c);
   for (int64_t c = 0; c < n; ++c) {
-    if (look == 0) prep(c);
-    else if (c + look < n) prep(c + look);
+    if (look == 0)
+      prep(c);
+    else if (c + look < n)
+      prep(c + look);
     comp(c);
     if (c >= look) fin(c - look);
   }
@@ -186,7 +199,8 @@ void weight_gathers(Step& s, Ev& up, Ev& down) {
   const double shard = double(s.El) * double(s.L.D) * double(s.L.F) / s.lay.fsdp;
   Ev ev[3];
   for (int w = 0; w < 3; ++w) {
-    if (s.L.weight_dtype != s.L.dtype) s.sim.compute("cast:" + std::string(kWeights[w]), "cast", s.copy_s(shard * (s.b + s.wb)));
+    if (s.L.weight_dtype != s.L.dtype)
+      s.sim.compute("cast:" + std::string(kWeights[w]), "cast", s.copy_s(shard * (s.b + s.wb)));
     if (s.lay.fsdp == 1) continue;
     const Cost c = ring_all_gather(s.fs, shard * s.b, s.intra, s.inter);
     const double place = s.copy_s(2 * shard * s.lay.fsdp * s.b);  // the tiled gather's placement copy
@@ -249,7 +263,8 @@ void forward_ring(Step& s, std::vector<Ev>& routed, const Ev& up, const Ev& down
     Cost a = all_gather(s.ep, double(s.Tc) * row_bytes, s.intra, s.inter);
     const Cost k = all_gather(s.ep, double(s.Tc * s.L.K) * 9, s.intra, s.inter);  // ids, weights, keep
     a.alpha_s += k.alpha_s, a.beta_s += k.beta_s;
-    got[size_t(c)] = s.sim.collective(off, "AG:tokens", "AG:ring", a, 0, s.cpu_of(s.ep, a, double(s.Tc) * row_bytes * (P - 1)));
+    got[size_t(c)] = s.sim.collective(off, "AG:tokens", "AG:ring", a, 0,
+                                      s.cpu_of(s.ep, a, double(s.Tc) * row_bytes * (P - 1)));
   };
   bool waited_weights = false;
   auto comp = [&](int64_t c) {
@@ -262,7 +277,8 @@ void forward_ring(Step& s, std::vector<Ev>& routed, const Ev& up, const Ev& down
     ffn_forward(s, "ffn", route + perm + part);
     const Cost rs = ring_reduce_scatter(s.ep, double(s.Tc) * double(s.L.D) * 4, s.intra, s.inter);
     const double add = s.copy_s(P * double(s.Tc) * double(s.L.D) * 4);
-    red[size_t(c)] = s.sim.collective(off, "RS:y", "RS:ring", rs, add, s.cpu_of(s.ep, rs, double(s.Tc) * double(s.L.D) * 4 * (P - 1)));
+    red[size_t(c)] = s.sim.collective(off, "RS:y", "RS:ring", rs, add,
+                                      s.cpu_of(s.ep, rs, double(s.Tc) * double(s.L.D) * 4 * (P - 1)));
   };
   auto fin = [&](int64_t c) {
     s.sim.wait(red[size_t(c)]);
@@ -276,7 +292,8 @@ void forward_ring(Step& s, std::vector<Ev>& routed, const Ev& up, const Ev& down
 void weight_grads(Step& s, std::vector<Ev>& reduced) {
   const GemmPoint g = s.gemm(double(s.Rc * s.n) / double(s.El));
   double merge = s.n > 1 ? s.copy_s(2.0 * double(s.Rc * s.n) * double(2 * s.L.D + 4 * s.L.F) * s.b) : 0;
-  s.sim.compute("weight_grads", "weight_grads", s.flops_s(s.ffn_flops() * double(s.n), g.weight_grads_gflops) + merge);
+  s.sim.compute("weight_grads", "weight_grads",
+                s.flops_s(s.ffn_flops() * double(s.n), g.weight_grads_gflops) + merge);
   const int G = s.dfs.size;
   if (G == 1) return;
   const double full = double(s.El) * double(s.L.D) * double(s.L.F) * 4;
@@ -294,8 +311,8 @@ void weight_grads(Step& s, std::vector<Ev>& reduced) {
       c = all_gather(s.dfs, full, s.intra, s.inter);
       extra = s.copy_s(double(G) * full + full);
     }
-    reduced.push_back(s.sim.collective(s.lay.off_fsdp, std::string(expl ? "RS:grad." : "AR:grad.") + w, "grad:experts", c,
-                                       extra, s.cpu_of(s.dfs, c, bytes * (G - 1) / G)));
+    reduced.push_back(s.sim.collective(s.lay.off_fsdp, std::string(expl ? "RS:grad." : "AR:grad.") + w,
+                                       "grad:experts", c, extra, s.cpu_of(s.dfs, c, bytes * (G - 1) / G)));
   }
 }
 
@@ -304,7 +321,8 @@ void backward_a2a(Step& s, std::vector<Ev>& reduced) {
   std::vector<Ev> sent(size_t(s.n)), ret(size_t(s.n));
   const bool off = s.lay.off_ep, ep = s.lay.expert > 1;
   auto prep = [&](int64_t c) {
-    s.sim.compute("combine_backward", "combine_backward", s.bytes_s(2.0 * double(s.Rc) * row_bytes, s.r.combine_backward_gbps));
+    s.sim.compute("combine_backward", "combine_backward",
+                  s.bytes_s(2.0 * double(s.Rc) * row_bytes, s.r.combine_backward_gbps));
     if (!ep) return;
     const double bytes = double(s.Rc) * row_bytes;
     const Cost a = all_to_all(s.lay.a2a, s.ep, bytes, s.intra, s.inter);
@@ -313,7 +331,8 @@ void backward_a2a(Step& s, std::vector<Ev>& reduced) {
   auto comp = [&](int64_t c) {
     s.sim.wait(sent[size_t(c)]);
     const GemmPoint g = s.gemm(double(s.Rc) / double(s.El));
-    s.sim.compute("ffn_backward", "ffn_backward", s.flops_s(s.ffn_flops(), g.ffn_backward_gflops) + s.local_sort_s());
+    s.sim.compute("ffn_backward", "ffn_backward",
+                  s.flops_s(s.ffn_flops(), g.ffn_backward_gflops) + s.local_sort_s());
     if (!ep) return;
     const double bytes = double(s.Rc) * row_bytes;
     const Cost a = all_to_all(s.lay.a2a, s.ep, bytes, s.intra, s.inter);
@@ -333,18 +352,21 @@ void backward_ring(Step& s, std::vector<Ev>& reduced) {
   const bool off = s.lay.off_ep;
   auto prep = [&](int64_t c) {
     const Cost a = all_gather(s.ep, double(s.Tc) * row_bytes, s.intra, s.inter);
-    sent[size_t(c)] = s.sim.collective(off, "AG:dy", "AG:ring", a, 0, s.cpu_of(s.ep, a, double(s.Tc) * row_bytes * (P - 1)));
+    sent[size_t(c)] = s.sim.collective(off, "AG:dy", "AG:ring", a, 0,
+                                       s.cpu_of(s.ep, a, double(s.Tc) * row_bytes * (P - 1)));
   };
   auto comp = [&](int64_t c) {
     s.sim.wait(sent[size_t(c)]);
     const GemmPoint g = s.gemm(double(s.Rc) / double(s.El));
-    const double cb = s.bytes_s(2.0 * double(s.Rc) * row_bytes + P * double(s.Tc * s.L.D) * 4, s.r.combine_backward_gbps);
+    const double cb =
+        s.bytes_s(2.0 * double(s.Rc) * row_bytes + P * double(s.Tc * s.L.D) * 4, s.r.combine_backward_gbps);
     s.sim.compute("ffn_backward", "ffn_backward", s.flops_s(s.ffn_flops(), g.ffn_backward_gflops) + cb);
     Cost rs = ring_reduce_scatter(s.ep, double(s.Tc * s.L.D) * 4, s.intra, s.inter);
     const Cost rw = ring_reduce_scatter(s.ep, double(s.Tc * s.L.K) * 4, s.intra, s.inter);
     rs.alpha_s += rw.alpha_s, rs.beta_s += rw.beta_s;
     const double add = s.copy_s(P * double(s.Tc) * double(s.L.D + s.L.K) * 4);
-    ret[size_t(c)] = s.sim.collective(off, "RS:dx", "RS:ring", rs, add, s.cpu_of(s.ep, rs, double(s.Tc * s.L.D) * 4 * (P - 1)));
+    ret[size_t(c)] = s.sim.collective(off, "RS:dx", "RS:ring", rs, add,
+                                      s.cpu_of(s.ep, rs, double(s.Tc * s.L.D) * 4 * (P - 1)));
   };
   auto fin = [&](int64_t c) {
     s.sim.wait(ret[size_t(c)]);
@@ -355,7 +377,8 @@ void backward_ring(Step& s, std::vector<Ev>& reduced) {
 
 }  // namespace
 
-Prediction predict_step(const LayerShape& L, const Layout& lay, const Cluster& cl, const Rates& r, const ModelOptions& o) {
+Prediction predict_step(const LayerShape& L, const Layout& lay, const Cluster& cl, const Rates& r,
+                        const ModelOptions& o) {
   Prediction p;
   p.layout = lay;
   const double steal = o.steal >= 0 ? o.steal : std::clamp(2 - cl.cores_per_rank(), 0.0, 1.0);
@@ -371,15 +394,21 @@ Prediction predict_step(const LayerShape& L, const Layout& lay, const Cluster& c
   std::vector<Ev> routed(size_t(s.n));
   const double sort_s = double(s.Rc) * r.sort_ns_per_row * 1e-9 / s.speed;
   for (int64_t c = 0; c < s.n; ++c) {
-    if (lay.off_sort) routed[size_t(c)] = sim.side("sort", "sort", sort_s, sort_s);
-    else sim.compute("sort", "sort", sort_s);
+    if (lay.off_sort)
+      routed[size_t(c)] = sim.side("sort", "sort", sort_s, sort_s);
+    else
+      sim.compute("sort", "sort", sort_s);
   }
-  if (lay.ring) forward_ring(s, routed, up, down);
-  else forward_a2a(s, routed, up, down);
+  if (lay.ring)
+    forward_ring(s, routed, up, down);
+  else
+    forward_a2a(s, routed, up, down);
   // Backward (DistLayer::backward).
   std::vector<Ev> reduced;
-  if (lay.ring) backward_ring(s, reduced);
-  else backward_a2a(s, reduced);
+  if (lay.ring)
+    backward_ring(s, reduced);
+  else
+    backward_a2a(s, reduced);
   sim.compute("router_backward", "router_backward", s.flops_s(4 * T * D * E, r.router_backward_gflops));
   if (lay.ranks() > 1) {
     const double n = D * E * 4;

@@ -28,7 +28,7 @@ struct LayerShape {
 struct Layout {
   int data = 1, fsdp = 1, expert = 1;
   int chunks = 1;
-  bool ring = false;                 // use_ring_of_experts
+  bool ring = false;                                        // use_ring_of_experts
   bool off_fsdp = false, off_ep = false, off_sort = false;  // live offload targets
   A2AAlgo a2a = A2AAlgo::flat;
   int ranks() const { return data * fsdp * expert; }
@@ -47,10 +47,10 @@ struct SimOp {
 struct Prediction {
   Layout layout;
   double step_s = 0;
-  double compute_s = 0;         // compute-thread time in compute ops
-  double exposed_comm_s = 0;    // inline collectives + waits
-  double comm_s = 0;            // every collective's α–β cost, hidden or not
-  double side_busy_s = 0;       // side-engine busy time
+  double compute_s = 0;                   // compute-thread time in compute ops
+  double exposed_comm_s = 0;              // inline collectives + waits
+  double comm_s = 0;                      // every collective's α–β cost, hidden or not
+  double side_busy_s = 0;                 // side-engine busy time
   std::map<std::string, double> terms;    // time by kind (router, ffn, A2A, AG:weights, ...), hidden or not
   std::map<std::string, double> exposed;  // exposed communication by kind (inline or waited for)
   std::vector<SimOp> ops;

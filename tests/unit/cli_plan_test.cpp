@@ -33,10 +33,11 @@ TEST(CliPlan, CalibrateTinyThenPlan) {
   EXPECT_FALSE(parsed.gemm.empty());
   EXPECT_GT(parsed.memcpy_gbps, 0);
   // Rank the layouts of 2 hosts x 2 ranks; the winner is explained; JSON has every candidate.
-  r = testing::run_moe("plan --rates " + rates +
-                           " --case tiny --cluster hosts=2,cores=2,ranks_per_host=2,inter_bw=1Gbit,inter_lat=50us --json " +
-                           dir.file("p.json"),
-                       dir.path());
+  r = testing::run_moe(
+      "plan --rates " + rates +
+          " --case tiny --cluster hosts=2,cores=2,ranks_per_host=2,inter_bw=1Gbit,inter_lat=50us --json " +
+          dir.file("p.json"),
+      dir.path());
   ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
   EXPECT_NE(r.out.find("wins: step"), std::string::npos) << r.out;
   nlohmann::json doc = nlohmann::json::parse(testing::read_bytes(dir.file("p.json")));
@@ -44,7 +45,8 @@ TEST(CliPlan, CalibrateTinyThenPlan) {
   EXPECT_TRUE(doc.at("ranked")[0].contains("ops"));
   EXPECT_LE(doc.at("ranked")[0].at("step_ms").get<double>(), doc.at("ranked")[1].at("step_ms").get<double>());
   // A fixed layout: a moe bench --dist variant.
-  r = testing::run_moe("plan --rates " + rates + " --bench-variant baseline_ep4 --tokens 16 emb_dim=64 moe_mlp_dim=32 "
+  r = testing::run_moe("plan --rates " + rates +
+                           " --bench-variant baseline_ep4 --tokens 16 emb_dim=64 moe_mlp_dim=32 "
                            "--cluster cores=2,ranks_per_host=4",
                        dir.path());
   ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
@@ -57,7 +59,9 @@ TEST(CliPlan, CalibrateTinyThenPlan) {
   ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
   EXPECT_NE(r.out.find("d1 f1 e2 c1 +none flat"), std::string::npos) << r.out;
   // A variant whose mesh does not match the cluster: an error naming both.
-  r = testing::run_moe("plan --rates " + rates + " --bench-variant baseline_ep4 --cluster cores=2,ranks_per_host=2", dir.path());
+  r = testing::run_moe(
+      "plan --rates " + rates + " --bench-variant baseline_ep4 --cluster cores=2,ranks_per_host=2",
+      dir.path());
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find("data*fsdp*expert=4 but the cluster has 2 ranks"), std::string::npos) << r.err;
 }

@@ -24,7 +24,8 @@ std::string error_of(const std::function<void()>& f) {
 }
 
 TEST(PlanCluster, ParsesEveryItemWithUnits) {
-  Cluster c = parse_cluster("hosts=16,cores=32,ranks_per_host=4,inter_bw=10Gbit,inter_lat=20us,intra_bw=20GB/s,intra_lat=500ns");
+  Cluster c = parse_cluster(
+      "hosts=16,cores=32,ranks_per_host=4,inter_bw=10Gbit,inter_lat=20us,intra_bw=20GB/s,intra_lat=500ns");
   EXPECT_EQ(c.hosts, 16);
   EXPECT_EQ(c.ranks(), 64);
   EXPECT_DOUBLE_EQ(c.cores_per_rank(), 8.0);
@@ -38,13 +39,17 @@ TEST(PlanCluster, ParsesEveryItemWithUnits) {
 }
 
 TEST(PlanCluster, BadItemsNameTheItem) {
-  EXPECT_NE(error_of([] { parse_cluster("hosts=2,inter_bw=10Gbps"); }).find("inter_bw=10Gbps: unknown unit 'Gbps'"),
+  EXPECT_NE(
+      error_of([] { parse_cluster("hosts=2,inter_bw=10Gbps"); }).find("inter_bw=10Gbps: unknown unit 'Gbps'"),
+      std::string::npos);
+  EXPECT_NE(error_of([] { parse_cluster("hosts=0"); }).find("hosts=0: expected a positive integer"),
             std::string::npos);
-  EXPECT_NE(error_of([] { parse_cluster("hosts=0"); }).find("hosts=0: expected a positive integer"), std::string::npos);
   EXPECT_NE(error_of([] { parse_cluster("nodes=4"); }).find("unknown item 'nodes'"), std::string::npos);
-  EXPECT_NE(error_of([] { parse_cluster("hosts"); }).find("item 'hosts': expected key=value"), std::string::npos);
+  EXPECT_NE(error_of([] { parse_cluster("hosts"); }).find("item 'hosts': expected key=value"),
+            std::string::npos);
   EXPECT_NE(error_of([] { parse_cluster("hosts=2"); }).find("needs inter_bw"), std::string::npos);
-  EXPECT_NE(error_of([] { parse_cluster("inter_lat=fast"); }).find("inter_lat=fast: expected a number"), std::string::npos);
+  EXPECT_NE(error_of([] { parse_cluster("inter_lat=fast"); }).find("inter_lat=fast: expected a number"),
+            std::string::npos);
 }
 
 TEST(PlanGroups, PlacementOnHosts) {
@@ -62,8 +67,8 @@ TEST(PlanGroups, PlacementOnHosts) {
   EXPECT_EQ(g.sharing, 2);
 }
 
-const Link kIntra{1e9, 1e-6};       // 1 GB/s, 1 us
-const Link kInter{1.25e9, 10e-6};   // 10 Gbit/s, 10 us
+const Link kIntra{1e9, 1e-6};      // 1 GB/s, 1 us
+const Link kInter{1.25e9, 10e-6};  // 10 Gbit/s, 10 us
 
 TEST(PlanCollectives, FlatAllToAllOneHost) {
   // P=4, n=4 MB: 3 messages of 1 MB through shared memory.
@@ -82,10 +87,10 @@ TEST(PlanCollectives, FlatAndHierarchicalAcrossHosts) {
   ASSERT_EQ(g.p_local, 2);
   ASSERT_EQ(g.sharing, 1);
   Cost f = all_to_all(A2AAlgo::flat, g, 8e6, kIntra, kInter);
-  EXPECT_NEAR(f.alpha_s, 1 * 1e-6 + 6 * 10e-6, 1e-15);           // 1 local peer, 6 remote
-  EXPECT_NEAR(f.beta_s, 1e6 / 1e9 + 6e6 / 1.25e9, 1e-15);         // 1 MB local, 6 MB through the NIC
+  EXPECT_NEAR(f.alpha_s, 1 * 1e-6 + 6 * 10e-6, 1e-15);     // 1 local peer, 6 remote
+  EXPECT_NEAR(f.beta_s, 1e6 / 1e9 + 6e6 / 1.25e9, 1e-15);  // 1 MB local, 6 MB through the NIC
   Cost h = all_to_all(A2AAlgo::hierarchical, g, 8e6, kIntra, kInter);
-  EXPECT_NEAR(h.alpha_s, 2 * 1e-6 + 2 * 10e-6, 1e-15);            // 2 intra stages, ceil(3/2) host pairs
+  EXPECT_NEAR(h.alpha_s, 2 * 1e-6 + 2 * 10e-6, 1e-15);  // 2 intra stages, ceil(3/2) host pairs
   EXPECT_NEAR(h.beta_s, 2 * 4e6 / 1e9 + 8e6 * 0.75 / 1.25e9, 1e-15);
   // Latency-bound (small n, many hosts): hierarchical wins; bandwidth-bound with a slow intra link: flat.
   Group wide = make_group(256, 1, 8);
@@ -140,9 +145,10 @@ TEST(PlanStep, OneRankIsTheSumOfItsOps) {
   cl.cores = 1;
   const Prediction p = predict_step(L, Layout{}, cl, r);
   const double T = 64, D = 64, F = 32, E = 8, R = 128, b = 2;
-  const double expect = 2 * T * D * E * 1e-9 + R * 1e-9 + 2 * R * D * b * 1e-9 + 6 * R * D * F * 1e-9 + (R + T) * D * b * 1e-9 +
-                        2 * R * D * b * 1e-9 + 6 * R * D * F * 1e-9 + (R * D * b + T * D * 4) * 1e-9 +
-                        6 * R * D * F * 1e-9 + 4 * T * D * E * 1e-9 + (E * 24 + 40) / 1e9 * 0;  // stats: P=1 costs 0
+  const double expect = 2 * T * D * E * 1e-9 + R * 1e-9 + 2 * R * D * b * 1e-9 + 6 * R * D * F * 1e-9 +
+                        (R + T) * D * b * 1e-9 + 2 * R * D * b * 1e-9 + 6 * R * D * F * 1e-9 +
+                        (R * D * b + T * D * 4) * 1e-9 + 6 * R * D * F * 1e-9 + 4 * T * D * E * 1e-9 +
+                        (E * 24 + 40) / 1e9 * 0;  // stats: P=1 costs 0
   EXPECT_NEAR(p.step_s, expect, 1e-12);
   EXPECT_NEAR(p.compute_s, expect, 1e-12);
   EXPECT_DOUBLE_EQ(p.exposed_comm_s, 0.0);
@@ -210,7 +216,8 @@ TEST(PlanStep, StealStretchesComputeUnderSideWork) {
   l.expert = 2, l.chunks = 4, l.off_ep = true;
   ModelOptions none, full;
   none.steal = 0, full.steal = 1;
-  const Prediction a = predict_step(small_layer(), l, cl, r, none), b = predict_step(small_layer(), l, cl, r, full);
+  const Prediction a = predict_step(small_layer(), l, cl, r, none),
+                   b = predict_step(small_layer(), l, cl, r, full);
   EXPECT_GT(b.compute_s, a.compute_s);
   EXPECT_LE(b.compute_s - a.compute_s, b.side_busy_s + 1e-12);  // at most the side engine's work
 }
@@ -238,8 +245,8 @@ TEST(PlanRates, InterpolatesInRowsPerExpertAndRoundTrips) {
   GemmPoint g = r.ffn_at(DType::bf16, 64, 32, 100);
   EXPECT_NEAR(g.ffn_gflops, 20, 1e-9);
   EXPECT_NEAR(g.weight_grads_gflops, 40, 1e-9);
-  EXPECT_DOUBLE_EQ(r.ffn_at(DType::bf16, 64, 32, 1).ffn_gflops, 10);      // clamped
-  EXPECT_DOUBLE_EQ(r.ffn_at(DType::f32, 64, 32, 1e6).ffn_gflops, 30);     // no f32 point: any dtype
+  EXPECT_DOUBLE_EQ(r.ffn_at(DType::bf16, 64, 32, 1).ffn_gflops, 10);   // clamped
+  EXPECT_DOUBLE_EQ(r.ffn_at(DType::f32, 64, 32, 1e6).ffn_gflops, 30);  // no f32 point: any dtype
   r.pool_threads = 2, r.pool_speedup = 1.5;
   EXPECT_DOUBLE_EQ(r.speed(0.5, 1), 0.5);
   EXPECT_DOUBLE_EQ(r.speed(2, 2), 1.5);
@@ -247,10 +254,12 @@ TEST(PlanRates, InterpolatesInRowsPerExpertAndRoundTrips) {
   const Rates back = parse_rates(rates_json(r), "mem");
   EXPECT_EQ(back.gemm.size(), 2u);
   EXPECT_DOUBLE_EQ(back.intra.lat_s, r.intra.lat_s);
-  EXPECT_NE(error_of([] { parse_rates("{\"format\": \"moe-plan-rates\", \"version\": 1}", "f.json"); })
-                .find("f.json: missing field 'pool_threads'"),
+  EXPECT_NE(error_of([] {
+              parse_rates("{\"format\": \"moe-plan-rates\", \"version\": 1}", "f.json");
+            }).find("f.json: missing field 'pool_threads'"),
             std::string::npos);
-  EXPECT_NE(error_of([] { parse_rates("[1]", "f.json"); }).find("f.json: not a JSON object"), std::string::npos);
+  EXPECT_NE(error_of([] { parse_rates("[1]", "f.json"); }).find("f.json: not a JSON object"),
+            std::string::npos);
 }
 
 }  // namespace
