@@ -170,7 +170,7 @@ struct Step {
 };
 
 Step make_step(const LayerShape& L, const Layout& lay, const Cluster& cl, const Rates& r, Sim& sim) {
-  Step s{L, lay, cl, r, sim};
+  Step s{L, lay, cl, r, sim, 1, 2, 4, {}, {}, {}, {}, {}, {}, 1, 1, 1, 1};
   const int threads = cl.threads > 0 ? cl.threads : std::max(1, int(std::floor(cl.cores_per_rank())));
   s.speed = r.speed(cl.cores_per_rank(), threads);
   s.b = double(dtype_size(L.dtype));
