@@ -15,6 +15,7 @@ void add_step(CLI::App& app);
 void add_validate(CLI::App& app);
 void add_train(CLI::App& app);
 void add_report(CLI::App& app);
+void add_plan(CLI::App& app);
 
 inline void register_all(CLI::App& app) {
   add_bench(app);
@@ -26,6 +27,7 @@ inline void register_all(CLI::App& app) {
   add_validate(app);
   add_train(app);
   add_report(app);
+  add_plan(app);
 }
 
 // Exit status set by a command that finished without throwing but must still

@@ -1,0 +1,61 @@
+#!/bin/bash
+# moe plan across hosts: 2 hosts x 2 ranks of the cluster-on-one-machine harness (branch `cluster`,
+# scripts/cluster.sh; CLUSTER_DIR points at a checkout with it) at each link rate given; per rate:
+# the link's α, β and sync measured with 1 rank per host (moe plan --calibrate under mpirun), the
+# `moe bench --dist` variants measured, then predicted with the measured link. Needs root and the
+# single-process rates of scripts/plan_validate.sh (OUT_DIR/rates.json).
+# Usage: [VARIANTS="v1 v2"] scripts/plan_cluster.sh OUT_DIR RATE... (e.g. out/plan 1gbit 200mbit);
+# a rate already measured (OUT_DIR/m_cluster_RATE.json) with SKIP_MEASURED=1 is only predicted.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+OUT=$1
+shift
+CLUSTER_DIR=${CLUSTER_DIR:-/work/wt/cluster}
+C="$CLUSTER_DIR/scripts/cluster.sh"
+MOE=$PWD/build/moe
+VARIANTS=${VARIANTS:-"ep4+all fsdp2_ep2+all ep4_chunks4+all"}
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+W=/run/moe-cluster/plan/mpirun
+for rate in "$@"; do
+  if [[ ${SKIP_MEASURED:-0} == 1 && -f $OUT/m_cluster_$rate.json ]]; then measured=1; else measured=0; fi
+  if ((measured == 0)); then
+  "$C" down --name plan >/dev/null 2>&1 || true
+  "$C" up 2 --name plan --ranks-per-host 2 --link "$rate"
+  echo "load ($rate): $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$OUT/load.txt"
+  $W -np 2 --map-by node "$MOE" plan --calibrate --rates "$PWD/$OUT/rates.json" --out "$PWD/$OUT/link_$rate.json"
+  args=()
+  for v in $VARIANTS; do args+=(--variant "$v"); done
+  # A slow link under load can starve the watchdog's liveness probe: give it a minute.
+  $W -np 4 -x MOE_NUM_THREADS=1 "$MOE" bench --dist collective_liveness_s=60 --iters 5 --warmup 2 "${args[@]}" \
+    --json "$PWD/$OUT/m_cluster_$rate.json" || echo "bench failed at $rate"
+  "$C" down --name plan
+  fi
+  [[ -f $OUT/m_cluster_$rate.json ]] || continue
+  read -r bw lat sync < <(python3 -c "import json; i=json.load(open('$OUT/link_$rate.json'))['intra']; print(i['bw_gbps'], i['lat_us'], i['sync_us'])")
+  python3 - "$OUT/m_cluster_$rate.json" <<'PY' | while read -r v; do
+import json, sys
+for r in json.load(open(sys.argv[1]))["dist_results"]:
+    print(r["variant"])
+PY
+    # One core per host (the harness splits the 2 cores over the 2 hosts): 0.5 core per rank.
+    $MOE plan --rates "$OUT/rates.json" --bench-variant "$v" \
+      --cluster "hosts=2,cores=1,ranks_per_host=2,threads=1,inter_bw=${bw}GB,inter_lat=${lat}us,sync=${sync}us" \
+      --json "$OUT/p_cluster_${rate}_$v.json" >/dev/null
+  done
+done
+python3 - "$OUT" "$@" <<'PY'
+import json, sys, os
+out = sys.argv[1]
+print("| link (tc rate) | measured link: GB/s, α us, sync us | variant | measured median ms (min-max) | predicted ms | predicted / measured | measured exposed ms | predicted exposed ms |")
+print("|---|---|---|---|---|---|---|---|")
+for rate in sys.argv[2:]:
+    if not os.path.exists(os.path.join(out, "m_cluster_%s.json" % rate)):
+        continue
+    i = json.load(open(os.path.join(out, "link_%s.json" % rate)))["intra"]
+    for r in json.load(open(os.path.join(out, "m_cluster_%s.json" % rate)))["dist_results"]:
+        p = json.load(open(os.path.join(out, "p_cluster_%s_%s.json" % (rate, r["variant"]))))["ranked"][0]
+        ratio = p["step_ms"] / r["median_ms"]
+        print("| %s | %.3f, %.0f, %.0f | %s | %.1f (%.1f-%.1f) | %.1f | %.2f%s | %.1f | %.1f |" % (rate, i["bw_gbps"], i["lat_us"], i["sync_us"],
+              r["variant"], r["median_ms"], r["min_ms"], r["max_ms"], p["step_ms"], ratio, "" if abs(ratio - 1) <= 0.2 else " **off**",
+              r["exposed_comm_ms"], p["exposed_comm_ms"]))
+PY

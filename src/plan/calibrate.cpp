@@ -1,0 +1,227 @@
+#include "plan/calibrate.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <map>
+#include <thread>
+
+#include "bench/cases.h"
+#include "bench/dist_bench.h"
+#include "bench/timing.h"
+#include "moe/dist_layer.h"
+#include "moe/isa.h"
+#include "moe/mesh.h"
+#include "moe/side_engine.h"
+#include "moe/thread_pool.h"
+#include "moe/trace.h"
+
+namespace moe::plan {
+namespace {
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Op name without the chunk suffix: "ffn[0]" -> "ffn".
+std::string kind_of(const std::string& name) { return name.substr(0, name.find('[')); }
+
+struct StepTimes {
+  std::map<std::string, double> op_s;  // median over steps of the per-step sum per kind
+  double step_s = 0;
+  double min_step_s = 0;  // the least disturbed step (for the pool speedup on a loaded machine)
+};
+
+// Steps a one-rank layer `iters` times (after one warm-up) and returns the per-kind medians.
+StepTimes time_layer(const LayerShape& L, int iters) {
+  const char* yaml = "num_experts: 8\nnum_experts_per_tok: 2\nemb_dim: 64\nmoe_mlp_dim: 32\n";
+  Config cfg =
+      parse_config(yaml, "<moe plan --calibrate>",
+                   {"num_experts=" + std::to_string(L.E), "num_experts_per_tok=" + std::to_string(L.K),
+                    "emb_dim=" + std::to_string(L.D), "moe_mlp_dim=" + std::to_string(L.F),
+                    std::string("dtype=") + dtype_name(L.dtype),
+                    std::string("weight_dtype=") + dtype_name(L.weight_dtype)})
+          .config;
+  std::unique_ptr<Communicator> self = make_single_process_comm();
+  Mesh mesh(*self, MeshShape{});
+  StepTrace trace(0);
+  DistLayer layer(cfg, mesh, false, &trace);
+  LayerWeights w = layer.shard(init_weights(cfg, 1));
+  bench::Case c;
+  c.name = "calibrate", c.T = L.T, c.D = L.D, c.F = L.F, c.E = L.E, c.K = L.K, c.seed = 1;
+  bench::CaseInputs in = bench::case_inputs(c, 1);
+  std::map<std::string, std::vector<double>> per;
+  std::vector<double> steps;
+  for (int i = 0; i <= iters; ++i) {
+    trace.restart();
+    const double t0 = bench::now_ms();
+    LayerOutputs out;
+    DistForwardPtr f = layer.forward(w, in.x, nullptr, out);
+    LayerGrads g = layer.backward(*f, in.dy);
+    const double step = (bench::now_ms() - t0) * 1e-3;
+    if (i == 0) continue;  // warm-up
+    steps.push_back(step);
+    std::map<std::string, double> sum;
+    for (const TraceOp& op : trace.ops()) sum[kind_of(op.name)] += double(op.end_us - op.start_us) * 1e-6;
+    for (const auto& [k, v] : sum) per[k].push_back(v);
+  }
+  StepTimes t;
+  for (auto& [k, v] : per) t.op_s[k] = median(v);
+  t.step_s = median(steps);
+  t.min_step_s = *std::min_element(steps.begin(), steps.end());
+  return t;
+}
+
+double need(const StepTimes& t, const char* kind) {
+  auto it = t.op_s.find(kind);
+  if (it == t.op_s.end()) fail("moe plan --calibrate: the step trace has no '", kind, "' op");
+  return std::max(it->second, 0.5e-6);  // an op under the trace's 1 us resolution: half of it
+}
+
+double traced_s(const StepTimes& t) {
+  double s = 0;
+  for (const auto& [k, v] : t.op_s) s += v;
+  return s;
+}
+
+double memcpy_gbps() {
+  const size_t n = size_t(64) << 20;
+  std::vector<char> a(n, 1), b(n, 0);
+  std::vector<double> t;
+  for (int i = 0; i < 5; ++i) {
+    const double t0 = bench::now_ms();
+    std::memcpy(b.data(), a.data(), n);
+    t.push_back((bench::now_ms() - t0) * 1e-3);
+  }
+  return 2.0 * double(n) / median(t) / 1e9;  // bytes read + written
+}
+
+double side_handoff_us() {
+  SideEngine side(1);
+  std::vector<double> t;
+  for (int i = 0; i < 200; ++i) {
+    const double t0 = bench::now_ms();
+    side.submit("probe", [] {}).wait();
+    t.push_back((bench::now_ms() - t0) * 1e3);
+  }
+  return median(t);
+}
+
+// The wait for the slowest peer: every rank does the same 2 ms (one core) of memory work, then a
+// 16-byte all-to-all; its median time. On idle cores the ranks arrive together (about α); on shared,
+// loaded cores each rank's work is stretched differently and the early ones wait.
+double sync_skew_s(Communicator& world) {
+  const int W = world.size();
+  std::vector<char> a(size_t(4) << 20, 1), b(a.size());
+  std::vector<char> send(size_t(8 * W), 1), recv(send.size());
+  const A2ALayout layout = A2ALayout::uniform(W, 8);
+  std::vector<double> t;
+  for (int i = 0; i < 31; ++i) {
+    for (int k = 0; k < 4; ++k) std::memcpy(b.data(), a.data(), a.size()), a[size_t(k)] = b[size_t(k + 1)];
+    const double t0 = bench::now_ms();
+    world.all_to_allv(send.data(), recv.data(), layout, 1);
+    if (i > 0) t.push_back((bench::now_ms() - t0) * 1e-3);
+  }
+  return median(t);
+}
+
+void intra_link(Rates& r, Communicator& world) {
+  if (world.size() < 2) {
+    r.intra.bw_Bps = r.memcpy_gbps * 1e9 / 4;  // MPI's shared memory: two copies (in and out) per byte
+    r.intra.lat_s = 2e-6;                      // a default, not measured: run under mpirun -np 2 to measure
+    r.intra.sync_s = 0;
+    r.intra_measured = false;
+    return;
+  }
+  const int W = world.size();
+  const int64_t big = int64_t(8) << 20;
+  bench::ProbeResult small = bench::probe_all_to_all(world, 8 * W, 50);
+  bench::ProbeResult large = bench::probe_all_to_all(world, big, 5);
+  // A flat all-to-all of n bytes per rank: (W-1)·α + n(W-1)/W/β.
+  r.intra.lat_s = small.median_ms * 1e-3 / (W - 1);
+  const double beta_s = std::max(large.median_ms * 1e-3 - (W - 1) * r.intra.lat_s, 1e-9);
+  r.intra.bw_Bps = double(big) * (W - 1) / W / beta_s;
+  r.intra.sync_s = sync_skew_s(world) - r.intra.lat_s * (W - 1);
+  r.intra.sync_s = std::max(r.intra.sync_s, 0.0);
+  r.intra_measured = true;
+}
+
+}  // namespace
+
+Rates calibrate(const CalibrateOptions& o, Communicator& world) {
+  Rates r;
+  if (world.size() > 1) {  // under mpirun: the link only (the kernels are measured by one process alone)
+    intra_link(r, world);
+    return r;
+  }
+  if (o.shapes.empty()) fail("moe plan --calibrate: no layer shape to measure");
+  ThreadPool& pool = ThreadPool::compute();
+  const int full = o.pool_threads > 0 ? o.pool_threads : pool.size();
+  auto log = [&](const std::string& s) {
+    if (o.log && world.rank() == 0) o.log(s);
+  };
+  r.isa = isa_name(active_isa());
+  r.pool_threads = full;
+  r.memcpy_gbps = memcpy_gbps();
+  pool.resize(1);
+  bool first = true;
+  std::map<std::string, std::vector<double>> scalar;
+  for (const LayerShape& base : o.shapes)
+    for (int64_t div : {16, 4, 1}) {
+      LayerShape L = base;
+      L.T = std::max<int64_t>(base.T / div, 1);
+      const StepTimes t = time_layer(L, o.iters);
+      const double R = double(L.T * L.K), D = double(L.D), F = double(L.F), E = double(L.E), T = double(L.T);
+      const double b = double(dtype_size(L.dtype)), flops = 6 * R * D * F;
+      GemmPoint g;
+      g.dtype = L.dtype, g.D = L.D, g.F = L.F, g.rows_per_expert = R / E;
+      g.ffn_gflops = flops / need(t, "ffn") / 1e9;
+      g.ffn_backward_gflops = flops / need(t, "ffn_backward") / 1e9;
+      g.weight_grads_gflops = flops / need(t, "weight_grads") / 1e9;
+      r.gemm.push_back(g);
+      std::string ops;
+      for (const auto& [k, v] : t.op_s) ops += " " + k + "=" + std::to_string(v * 1e3).substr(0, 6);
+      log("    per op (ms):" + ops);
+      log(std::string("  ") + dtype_name(L.dtype) + " T=" + std::to_string(L.T) +
+          " D=" + std::to_string(L.D) + " F=" + std::to_string(L.F) + " E=" + std::to_string(L.E) +
+          " K=" + std::to_string(L.K) + ": step " + std::to_string(t.step_s * 1e3) + " ms (traced ops " +
+          std::to_string(traced_s(t) * 1e3) + " ms), ffn " + std::to_string(g.ffn_gflops) + " GFLOP/s");
+      if (!first) continue;
+      // The scalar rates: the median over the first shape's three token counts (one noisy op of a
+      // loaded machine does not set a rate).
+      scalar["router"].push_back(2 * T * D * E / need(t, "router") / 1e9);
+      scalar["router_backward"].push_back(4 * T * D * E / need(t, "router_backward") / 1e9);
+      scalar["sort"].push_back(need(t, "sort") / R * 1e9);
+      scalar["permute"].push_back(2 * R * D * b / need(t, "permute") / 1e9);
+      scalar["combine"].push_back((R + T) * D * b / need(t, "combine") / 1e9);
+      scalar["combine_backward"].push_back(2 * R * D * b / need(t, "combine_backward") / 1e9);
+      scalar["permute_backward"].push_back((R * D * b + T * D * 4) / need(t, "permute_backward") / 1e9);
+      if (div != 1) continue;
+      first = false;
+      if (full > 1) {  // the whole step at the full pool against one thread
+        pool.resize(full);
+        const StepTimes tf = time_layer(L, o.iters);
+        pool.resize(1);
+        r.pool_speedup = t.min_step_s / tf.min_step_s;
+      }
+    }
+  r.router_gflops = median(scalar["router"]);
+  r.router_backward_gflops = median(scalar["router_backward"]);
+  r.sort_ns_per_row = median(scalar["sort"]);
+  r.permute_gbps = median(scalar["permute"]);
+  r.combine_gbps = median(scalar["combine"]);
+  r.combine_backward_gbps = median(scalar["combine_backward"]);
+  r.permute_backward_gbps = median(scalar["permute_backward"]);
+  pool.resize(full);
+  r.side_op_overhead_us = side_handoff_us();
+  intra_link(r, world);
+  r.comm_cpu_ns_per_byte = 1.3;  // not measured here: docs/benchmarks.md's TCP probe, 2.7 core-ms per 2.1 MB
+  const unsigned hc = std::thread::hardware_concurrency();
+  r.machine =
+      std::to_string(hc) + " logical CPUs, " + std::to_string(world.size()) + " rank(s) during calibration";
+  return r;
+}
+
+}  // namespace moe::plan

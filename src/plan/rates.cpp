@@ -1,0 +1,162 @@
+#include "plan/rates.h"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "moe/error.h"
+
+namespace moe::plan {
+
+GemmPoint Rates::ffn_at(DType dtype, int64_t D, int64_t F, double rows_per_expert) const {
+  if (gemm.empty()) fail("plan rates: no \"gemm\" points (run moe plan --calibrate)");
+  bool any_same = false;
+  for (const GemmPoint& p : gemm) any_same |= p.dtype == dtype;
+  // Nearest size D·F (log distance) among the points of the dtype.
+  double best = 1e300;
+  for (const GemmPoint& p : gemm)
+    if (p.dtype == dtype || !any_same)
+      best = std::min(best, std::fabs(std::log(double(p.D * p.F) / double(D * F))));
+  std::vector<GemmPoint> pts;
+  for (const GemmPoint& p : gemm)
+    if ((p.dtype == dtype || !any_same) &&
+        std::fabs(std::log(double(p.D * p.F) / double(D * F))) <= best + 1e-9)
+      pts.push_back(p);
+  std::sort(pts.begin(), pts.end(),
+            [](const GemmPoint& a, const GemmPoint& b) { return a.rows_per_expert < b.rows_per_expert; });
+  const double m = std::max(rows_per_expert, 1e-9);
+  if (m <= pts.front().rows_per_expert) return pts.front();
+  if (m >= pts.back().rows_per_expert) return pts.back();
+  for (size_t i = 1; i < pts.size(); ++i) {
+    const GemmPoint &a = pts[i - 1], &b = pts[i];
+    if (m > b.rows_per_expert) continue;
+    const double w = std::log(m / a.rows_per_expert) / std::log(b.rows_per_expert / a.rows_per_expert);
+    GemmPoint r = a;
+    r.rows_per_expert = m;
+    r.ffn_gflops = a.ffn_gflops + w * (b.ffn_gflops - a.ffn_gflops);
+    r.ffn_backward_gflops = a.ffn_backward_gflops + w * (b.ffn_backward_gflops - a.ffn_backward_gflops);
+    r.weight_grads_gflops = a.weight_grads_gflops + w * (b.weight_grads_gflops - a.weight_grads_gflops);
+    return r;
+  }
+  return pts.back();
+}
+
+double Rates::speed(double cores, int threads) const {
+  const double c = std::min(cores, double(std::max(threads, 1)));
+  if (c <= 1) return std::max(c, 1e-6);
+  // Clamped to [0, 1] per extra thread: a speedup below 1 (measured on a loaded machine) adds nothing.
+  const double per_thread =
+      pool_threads > 1 ? std::clamp((pool_speedup - 1) / (pool_threads - 1), 0.0, 1.0) : 1.0;
+  return 1 + (c - 1) * per_thread;
+}
+
+std::string rates_json(const Rates& r) {
+  nlohmann::json j;
+  j["format"] = "moe-plan-rates";
+  j["version"] = 1;
+  j["machine"] = r.machine;
+  j["isa"] = r.isa;
+  j["pool_threads"] = r.pool_threads;
+  j["pool_speedup"] = r.pool_speedup;
+  j["gemm"] = nlohmann::json::array();
+  for (const GemmPoint& p : r.gemm)
+    j["gemm"].push_back({{"dtype", dtype_name(p.dtype)},
+                         {"D", p.D},
+                         {"F", p.F},
+                         {"rows_per_expert", p.rows_per_expert},
+                         {"ffn_gflops", p.ffn_gflops},
+                         {"ffn_backward_gflops", p.ffn_backward_gflops},
+                         {"weight_grads_gflops", p.weight_grads_gflops}});
+  j["router_gflops"] = r.router_gflops;
+  j["router_backward_gflops"] = r.router_backward_gflops;
+  j["sort_ns_per_row"] = r.sort_ns_per_row;
+  j["permute_gbps"] = r.permute_gbps;
+  j["combine_gbps"] = r.combine_gbps;
+  j["combine_backward_gbps"] = r.combine_backward_gbps;
+  j["permute_backward_gbps"] = r.permute_backward_gbps;
+  j["memcpy_gbps"] = r.memcpy_gbps;
+  j["intra"] = {{"bw_gbps", r.intra.bw_Bps / 1e9},
+                {"lat_us", r.intra.lat_s * 1e6},
+                {"sync_us", r.intra.sync_s * 1e6},
+                {"measured", r.intra_measured}};
+  j["side_op_overhead_us"] = r.side_op_overhead_us;
+  j["comm_cpu_ns_per_byte"] = r.comm_cpu_ns_per_byte;
+  return j.dump(2) + "\n";
+}
+
+namespace {
+
+double positive(const nlohmann::json& j, const char* key, const std::string& where, bool zero_ok = false) {
+  if (!j.contains(key)) fail(where, ": missing field '", key, "'");
+  if (!j[key].is_number()) fail(where, ": field '", key, "' must be a number");
+  const double v = j[key].get<double>();
+  if (!std::isfinite(v) || v < 0 || (v == 0 && !zero_ok))
+    fail(where, ": field '", key, "' must be ", zero_ok ? ">= 0" : "> 0", " (got ", v, ")");
+  return v;
+}
+
+GemmPoint parse_point(const nlohmann::json& p, const std::string& where) {
+  if (!p.is_object()) fail(where, ": expected an object");
+  GemmPoint g;
+  if (!p.contains("dtype") || !p["dtype"].is_string())
+    fail(where, ": field 'dtype' must be \"bf16\" or \"f32\"");
+  const std::string dt = p["dtype"].get<std::string>();
+  if (dt != "bf16" && dt != "f32")
+    fail(where, ": field 'dtype' must be \"bf16\" or \"f32\" (got \"", dt, "\")");
+  g.dtype = dt == "bf16" ? DType::bf16 : DType::f32;
+  g.D = int64_t(positive(p, "D", where));
+  g.F = int64_t(positive(p, "F", where));
+  g.rows_per_expert = positive(p, "rows_per_expert", where);
+  g.ffn_gflops = positive(p, "ffn_gflops", where);
+  g.ffn_backward_gflops = positive(p, "ffn_backward_gflops", where);
+  g.weight_grads_gflops = positive(p, "weight_grads_gflops", where);
+  return g;
+}
+
+}  // namespace
+
+Rates parse_rates(const std::string& text, const std::string& where) {
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) fail(where, ": not a JSON object (expected a moe plan rates file)");
+  if (j.value("format", "") != "moe-plan-rates") fail(where, ": field 'format' must be \"moe-plan-rates\"");
+  if (j.value("version", 0) != 1) fail(where, ": field 'version' must be 1");
+  Rates r;
+  r.machine = j.value("machine", "");
+  r.isa = j.value("isa", "");
+  r.pool_threads = int(positive(j, "pool_threads", where));
+  r.pool_speedup = positive(j, "pool_speedup", where);
+  if (!j.contains("gemm") || !j["gemm"].is_array() || j["gemm"].empty())
+    fail(where, ": field 'gemm' must be a non-empty list of points");
+  for (size_t i = 0; i < j["gemm"].size(); ++i)
+    r.gemm.push_back(parse_point(j["gemm"][i], where + ": gemm[" + std::to_string(i) + "]"));
+  r.router_gflops = positive(j, "router_gflops", where);
+  r.router_backward_gflops = positive(j, "router_backward_gflops", where);
+  r.sort_ns_per_row = positive(j, "sort_ns_per_row", where);
+  r.permute_gbps = positive(j, "permute_gbps", where);
+  r.combine_gbps = positive(j, "combine_gbps", where);
+  r.combine_backward_gbps = positive(j, "combine_backward_gbps", where);
+  r.permute_backward_gbps = positive(j, "permute_backward_gbps", where);
+  r.memcpy_gbps = positive(j, "memcpy_gbps", where);
+  if (!j.contains("intra") || !j["intra"].is_object())
+    fail(where, ": field 'intra' must be an object {bw_gbps, lat_us, measured}");
+  r.intra.bw_Bps = positive(j["intra"], "bw_gbps", where + ": intra") * 1e9;
+  r.intra.lat_s = positive(j["intra"], "lat_us", where + ": intra", true) * 1e-6;
+  r.intra.sync_s =
+      j["intra"].contains("sync_us") ? positive(j["intra"], "sync_us", where + ": intra", true) * 1e-6 : 0;
+  r.intra_measured = j["intra"].value("measured", false);
+  r.side_op_overhead_us = positive(j, "side_op_overhead_us", where, true);
+  r.comm_cpu_ns_per_byte = positive(j, "comm_cpu_ns_per_byte", where, true);
+  return r;
+}
+
+Rates read_rates(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail("--rates ", path, ": cannot open the file");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return parse_rates(ss.str(), path);
+}
+
+}  // namespace moe::plan

@@ -1,0 +1,423 @@
+#include "plan/step_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <sstream>
+
+namespace moe::plan {
+
+std::string Layout::offload_text() const {
+  if (off_fsdp && off_ep && off_sort) return "all";
+  std::string s;
+  for (auto [on, name] :
+       {std::pair{off_fsdp, "fsdp_all_gather"}, {off_ep, "ep_collectives"}, {off_sort, "ragged_sort"}})
+    if (on) s += (s.empty() ? "" : ",") + std::string(name);
+  return s;
+}
+
+std::string Layout::name() const {
+  std::ostringstream o;
+  o << "d" << data << " f" << fsdp << " e" << expert << " c" << chunks;
+  if (ring) o << " ring";
+  const std::string off = offload_text();
+  o << " +" << (off.empty() ? "none" : off);
+  if (expert > 1 && !ring) o << " " << a2a_algo_name(a2a);
+  return o.str();
+}
+
+std::string check_layout(const LayerShape& L, const Layout& lay, const Cluster& cl) {
+  std::ostringstream o;
+  if (lay.data < 1 || lay.fsdp < 1 || lay.expert < 1 || lay.chunks < 1)
+    o << "mesh sizes and chunks must be >= 1";
+  else if (lay.ranks() != cl.ranks())
+    o << "data*fsdp*expert=" << lay.ranks() << " but the cluster has " << cl.ranks() << " ranks";
+  else if (L.E % lay.expert)
+    o << "num_experts=" << L.E << " is not divisible by expert_parallelism=" << lay.expert;
+  else if (L.D % lay.fsdp)
+    o << "emb_dim=" << L.D << " is not divisible by fsdp_parallelism=" << lay.fsdp;
+  else if (lay.ring && lay.expert == 1)
+    o << "the ring of experts needs expert_parallelism > 1";
+  else if (L.T < lay.chunks)
+    o << "fewer tokens per rank (" << L.T << ") than chunks (" << lay.chunks << ")";
+  return o.str();
+}
+
+namespace {
+
+// A side-engine or inline event: when it is ready, and the term its wait is charged to.
+struct Ev {
+  double ready = 0;
+  std::string term;
+};
+
+// The two timelines. Compute ops run back to back on the compute thread; a side op starts when it
+// is submitted and the FIFO worker is free. A compute op overlapping a side op's CPU work is
+// stretched by `steal` of that work (the two share the rank's cores).
+class Sim {
+ public:
+  Sim(Prediction& p, double steal, double handoff_s) : p_(p), steal_(steal), handoff_(handoff_s) {}
+
+  void compute(const std::string& name, const std::string& term, double dur) {
+    double penalty = 0;
+    for (const SideIv& s : side_)
+      if (s.end > s.start) {
+        const double ov = std::max(0.0, std::min(t_ + dur, s.end) - std::max(t_, s.start));
+        penalty += steal_ * s.cpu * ov / (s.end - s.start);
+      }
+    record(name, false, false, t_, t_ + dur + penalty);
+    p_.compute_s += dur + penalty;
+    p_.terms[term] += dur + penalty;
+    t_ += dur + penalty;
+  }
+
+  // A collective of `cost` (+ `extra` seconds of local work in the same op: copies, ordered sums);
+  // `cpu`: the seconds of one core it keeps busy.
+  Ev collective(bool offloaded, const std::string& name, const std::string& term, const Cost& cost,
+                double extra, double cpu) {
+    const double dur = cost.total() + extra;
+    p_.comm_s += cost.total();
+    p_.terms[term] += dur;
+    if (!offloaded) {
+      record(name, false, true, t_, t_ + dur);
+      p_.exposed_comm_s += dur;
+      p_.exposed[term] += dur;
+      t_ += dur;
+      return {t_, term};
+    }
+    return side(name, term, dur, cpu + extra);
+  }
+
+  Ev side(const std::string& name, const std::string& term, double dur, double cpu) {
+    t_ += handoff_;  // submit and the later wake-up, charged to the compute thread
+    p_.compute_s += handoff_;
+    p_.terms["side hand-off"] += handoff_;
+    const double start = std::max(t_, side_free_);
+    side_free_ = start + dur;
+    side_.push_back({start, side_free_, cpu});
+    record(name, true, false, start, side_free_);
+    p_.side_busy_s += dur;
+    return {side_free_, term};
+  }
+
+  void wait(const Ev& e) {
+    if (e.ready <= t_) return;
+    record("wait:" + e.term, false, true, t_, e.ready);
+    p_.exposed_comm_s += e.ready - t_;
+    p_.exposed[e.term] += e.ready - t_;
+    t_ = e.ready;
+  }
+
+  double now() const { return t_; }
+
+ private:
+  struct SideIv {
+    double start, end, cpu;
+  };
+  void record(const std::string& name, bool side, bool comm, double a, double b) {
+    p_.ops.push_back({name, side, comm, a, b});
+  }
+  Prediction& p_;
+  double steal_, handoff_;
+  double t_ = 0, side_free_ = 0;
+  std::vector<SideIv> side_;
+};
+
+// prepare / compute / finish over n chunks with `lookahead` chunks prepared ahead (run_pipeline of
+// src/distributed/dist_step.h).
+void pipeline(int64_t n, int64_t look, const std::function<void(int64_t)>& prep,
+              const std::function<void(int64_t)>& comp, const std::function<void(int64_t)>& fin,
+              const std::function<void()>& before_drain) {
+  for (int64_t c = 0; c < std::min(look, n); ++c) prep(c);
+  for (int64_t c = 0; c < n; ++c) {
+    if (look == 0)
+      prep(c);
+    else if (c + look < n)
+      prep(c + look);
+    comp(c);
+    if (c >= look) fin(c - look);
+  }
+  before_drain();
+  for (int64_t c = std::max<int64_t>(n - look, 0); c < n; ++c) fin(c);
+}
+
+// Everything the schedule needs about one step: sizes, groups, links, op costs.
+struct Step {
+  const LayerShape& L;
+  const Layout& lay;
+  const Cluster& cl;
+  const Rates& r;
+  Sim& sim;
+  double speed = 1, b = 2, wb = 4;
+  Link intra, inter;
+  Group ep, fs, dfs, world;
+  int64_t El = 1, n = 1, Tc = 1, Rc = 1;
+
+  double flops_s(double flops, double gflops) const { return flops / (gflops * 1e9 * speed); }
+  double bytes_s(double bytes, double gbps) const { return bytes / (gbps * 1e9 * speed); }
+  double copy_s(double bytes) const { return bytes_s(bytes, r.memcpy_gbps); }
+  // CPU seconds of a collective: the copies (one host), or the TCP stack's work per byte.
+  double cpu_of(const Group& g, const Cost& c, double bytes) const {
+    return g.hosts() == 1 ? c.beta_s : bytes * r.comm_cpu_ns_per_byte * 1e-9;
+  }
+  GemmPoint gemm(double rows_per_expert) const { return r.ffn_at(L.dtype, L.D, L.F, rows_per_expert); }
+  double ffn_flops() const { return 6.0 * double(Rc) * double(L.D) * double(L.F); }
+  // Rows of the expert-parallel receive buffer (ragged_buffer_factor -1: R·min(EP, E/K)).
+  double buffer_rows() const { return double(Rc) * std::min<double>(lay.expert, double(L.E) / double(L.K)); }
+  double local_sort_s() const {  // ep_sort_local + ep_unsort_local: the buffer in, the rows out
+    return lay.expert > 1 ? copy_s((buffer_rows() + 3.0 * double(Rc)) * double(L.D) * b) : 0;
+  }
+};
+
+Step make_step(const LayerShape& L, const Layout& lay, const Cluster& cl, const Rates& r, Sim& sim) {
+  Step s{L, lay, cl, r, sim, 1, 2, 4, {}, {}, {}, {}, {}, {}, 1, 1, 1, 1};
+  const int threads = cl.threads > 0 ? cl.threads : std::max(1, int(std::floor(cl.cores_per_rank())));
+  s.speed = r.speed(cl.cores_per_rank(), threads);
+  s.b = double(dtype_size(L.dtype));
+  s.wb = double(dtype_size(L.weight_dtype));
+  s.intra = cl.intra.bw_Bps > 0 ? cl.intra : r.intra;
+  s.intra.sync_s = cl.sync_given ? cl.intra.sync_s : cl.hosts == 1 ? r.intra.sync_s : 0;
+  s.intra.bw_Bps *= std::min(1.0, cl.cores_per_rank());  // shared-memory copies are CPU work
+  s.inter = cl.inter;
+  s.inter.sync_s = cl.sync_given ? cl.intra.sync_s : 0;
+  const int rph = cl.ranks_per_host;
+  s.ep = make_group(lay.expert, 1, rph);
+  s.fs = make_group(lay.fsdp, lay.expert, rph);
+  s.dfs = make_group(lay.data * lay.fsdp, lay.expert, rph);
+  s.world = make_group(lay.ranks(), 1, rph);
+  s.El = L.E / lay.expert;
+  s.n = std::min<int64_t>(lay.chunks, L.T);
+  s.Tc = L.T / s.n;
+  s.Rc = s.Tc * L.K;
+  return s;
+}
+
+const char* kWeights[] = {"experts.wi_0", "experts.wi_1", "experts.wo"};
+
+// issue_weight_gathers: cast each stored shard to dtype, gather it over fsdp (FIFO: wi_1 done => wi_0 done).
+void weight_gathers(Step& s, Ev& up, Ev& down) {
+  const double shard = double(s.El) * double(s.L.D) * double(s.L.F) / s.lay.fsdp;
+  Ev ev[3];
+  for (int w = 0; w < 3; ++w) {
+    if (s.L.weight_dtype != s.L.dtype)
+      s.sim.compute("cast:" + std::string(kWeights[w]), "cast", s.copy_s(shard * (s.b + s.wb)));
+    if (s.lay.fsdp == 1) continue;
+    const Cost c = ring_all_gather(s.fs, shard * s.b, s.intra, s.inter);
+    const double place = s.copy_s(2 * shard * s.lay.fsdp * s.b);  // the tiled gather's placement copy
+    ev[w] = s.sim.collective(s.lay.off_fsdp, "AG:" + std::string(kWeights[w]), "AG:weights", c, place,
+                             s.cpu_of(s.fs, c, shard * s.b * (s.lay.fsdp - 1)));
+  }
+  up = ev[1], down = ev[2];
+}
+
+// The FFN forward of one chunk: waits for the up projections before the first GEMM, wo before the last.
+void ffn_forward(Step& s, const std::string& name, double extra) {
+  const GemmPoint g = s.gemm(double(s.Rc) / double(s.El));
+  const double t = s.flops_s(s.ffn_flops(), g.ffn_gflops);
+  s.sim.compute(name, "ffn", t * 2 / 3 + extra);
+  s.sim.compute(name + ":wo", "ffn", t / 3);
+}
+
+void forward_a2a(Step& s, std::vector<Ev>& routed, const Ev& up, const Ev& down) {
+  const double row_bytes = double(s.L.D) * s.b;
+  std::vector<Ev> sent(size_t(s.n)), ret(size_t(s.n));
+  const bool off = s.lay.off_ep, ep = s.lay.expert > 1;
+  auto prep = [&](int64_t c) {
+    s.sim.wait(routed[size_t(c)]);
+    s.sim.compute("permute", "permute", s.bytes_s(2.0 * double(s.Rc) * row_bytes, s.r.permute_gbps));
+    if (!ep) return;
+    const Cost cc = all_gather(s.ep, double(s.L.E) * 8, s.intra, s.inter);
+    Ev planned = s.sim.collective(off, "AG:counts", "AG:counts", cc, 0, 0);
+    if (!off) s.sim.wait(planned);
+    const double bytes = double(s.Rc) * row_bytes;
+    const Cost a = all_to_all(s.lay.a2a, s.ep, bytes, s.intra, s.inter);
+    sent[size_t(c)] = s.sim.collective(off, "A2A:dispatch", "A2A", a, 0, s.cpu_of(s.ep, a, bytes));
+  };
+  bool waited_weights = false;
+  auto comp = [&](int64_t c) {
+    s.sim.wait(sent[size_t(c)]);
+    if (!waited_weights) s.sim.wait(up);
+    const GemmPoint g = s.gemm(double(s.Rc) / double(s.El));
+    const double t = s.flops_s(s.ffn_flops(), g.ffn_gflops);
+    s.sim.compute("ffn", "ffn", t * 2 / 3 + s.local_sort_s() / 2);
+    if (!waited_weights) s.sim.wait(down), waited_weights = true;
+    s.sim.compute("ffn:wo", "ffn", t / 3 + s.local_sort_s() / 2);
+    if (!ep) return;
+    const double bytes = double(s.Rc) * row_bytes;
+    const Cost a = all_to_all(s.lay.a2a, s.ep, bytes, s.intra, s.inter);
+    ret[size_t(c)] = s.sim.collective(off, "A2A:return", "A2A", a, 0, s.cpu_of(s.ep, a, bytes));
+  };
+  auto fin = [&](int64_t c) {
+    s.sim.wait(ret[size_t(c)]);
+    s.sim.compute("combine", "combine", s.bytes_s(double(s.Rc + s.Tc) * row_bytes, s.r.combine_gbps));
+  };
+  pipeline(s.n, off ? 1 : 0, prep, comp, fin, [] {});
+}
+
+void forward_ring(Step& s, std::vector<Ev>& routed, const Ev& up, const Ev& down) {
+  const double row_bytes = double(s.L.D) * s.b, P = s.lay.expert;
+  std::vector<Ev> got(size_t(s.n)), red(size_t(s.n));
+  const bool off = s.lay.off_ep;
+  auto prep = [&](int64_t c) {
+    s.sim.wait(routed[size_t(c)]);
+    Cost a = all_gather(s.ep, double(s.Tc) * row_bytes, s.intra, s.inter);
+    const Cost k = all_gather(s.ep, double(s.Tc * s.L.K) * 9, s.intra, s.inter);  // ids, weights, keep
+    a.alpha_s += k.alpha_s, a.beta_s += k.beta_s;
+    got[size_t(c)] = s.sim.collective(off, "AG:tokens", "AG:ring", a, 0,
+                                      s.cpu_of(s.ep, a, double(s.Tc) * row_bytes * (P - 1)));
+  };
+  bool waited_weights = false;
+  auto comp = [&](int64_t c) {
+    s.sim.wait(got[size_t(c)]);
+    if (!waited_weights) s.sim.wait(up), s.sim.wait(down), waited_weights = true;
+    // Route the gathered tokens, permute this rank's rows, FFN, combine into [EP*Tc, D] f32 partials.
+    const double route = double(s.Rc) * P * s.r.sort_ns_per_row * 1e-9 / s.speed;
+    const double perm = s.bytes_s(2.0 * double(s.Rc) * row_bytes, s.r.permute_gbps);
+    const double part = s.copy_s(P * double(s.Tc) * double(s.L.D) * 4 + double(s.Rc) * row_bytes);
+    ffn_forward(s, "ffn", route + perm + part);
+    const Cost rs = ring_reduce_scatter(s.ep, double(s.Tc) * double(s.L.D) * 4, s.intra, s.inter);
+    const double add = s.copy_s(P * double(s.Tc) * double(s.L.D) * 4);
+    red[size_t(c)] = s.sim.collective(off, "RS:y", "RS:ring", rs, add,
+                                      s.cpu_of(s.ep, rs, double(s.Tc) * double(s.L.D) * 4 * (P - 1)));
+  };
+  auto fin = [&](int64_t c) {
+    s.sim.wait(red[size_t(c)]);
+    s.sim.compute("combine", "combine", s.copy_s(double(s.Tc) * double(s.L.D) * (4 + s.b)));
+  };
+  pipeline(s.n, off ? 1 : 0, prep, comp, fin, [] {});
+}
+
+// weight_grads, then each expert gradient back to its shard (boundary: AR over data x fsdp and keep
+// the shard; explicit plan: reduce_to_shard, an all-to-all of shards; offloaded as reduce_scatter).
+void weight_grads(Step& s, std::vector<Ev>& reduced) {
+  const GemmPoint g = s.gemm(double(s.Rc * s.n) / double(s.El));
+  double merge = s.n > 1 ? s.copy_s(2.0 * double(s.Rc * s.n) * double(2 * s.L.D + 4 * s.L.F) * s.b) : 0;
+  s.sim.compute("weight_grads", "weight_grads",
+                s.flops_s(s.ffn_flops() * double(s.n), g.weight_grads_gflops) + merge);
+  const int G = s.dfs.size;
+  if (G == 1) return;
+  const double full = double(s.El) * double(s.L.D) * double(s.L.F) * 4;
+  const bool expl = s.lay.off_fsdp && s.lay.fsdp > 1;
+  for (const char* w : kWeights) {
+    Cost c;
+    double extra, bytes;
+    if (expl) {  // every member sends each peer that peer's shard; adds G shards
+      const double shard = full / s.lay.fsdp;
+      bytes = G * shard;
+      c = all_to_all(A2AAlgo::flat, s.dfs, bytes, s.intra, s.inter);
+      extra = s.copy_s(bytes + shard);
+    } else {  // the engine's deterministic AR: all-gather of the full gradient, ordered sum
+      bytes = full;
+      c = all_gather(s.dfs, full, s.intra, s.inter);
+      extra = s.copy_s(double(G) * full + full);
+    }
+    reduced.push_back(s.sim.collective(s.lay.off_fsdp, std::string(expl ? "RS:grad." : "AR:grad.") + w,
+                                       "grad:experts", c, extra, s.cpu_of(s.dfs, c, bytes * (G - 1) / G)));
+  }
+}
+
+void backward_a2a(Step& s, std::vector<Ev>& reduced) {
+  const double row_bytes = double(s.L.D) * s.b;
+  std::vector<Ev> sent(size_t(s.n)), ret(size_t(s.n));
+  const bool off = s.lay.off_ep, ep = s.lay.expert > 1;
+  auto prep = [&](int64_t c) {
+    s.sim.compute("combine_backward", "combine_backward",
+                  s.bytes_s(2.0 * double(s.Rc) * row_bytes, s.r.combine_backward_gbps));
+    if (!ep) return;
+    const double bytes = double(s.Rc) * row_bytes;
+    const Cost a = all_to_all(s.lay.a2a, s.ep, bytes, s.intra, s.inter);
+    sent[size_t(c)] = s.sim.collective(off, "A2A:dispatch_grad", "A2A", a, 0, s.cpu_of(s.ep, a, bytes));
+  };
+  auto comp = [&](int64_t c) {
+    s.sim.wait(sent[size_t(c)]);
+    const GemmPoint g = s.gemm(double(s.Rc) / double(s.El));
+    s.sim.compute("ffn_backward", "ffn_backward",
+                  s.flops_s(s.ffn_flops(), g.ffn_backward_gflops) + s.local_sort_s());
+    if (!ep) return;
+    const double bytes = double(s.Rc) * row_bytes;
+    const Cost a = all_to_all(s.lay.a2a, s.ep, bytes, s.intra, s.inter);
+    ret[size_t(c)] = s.sim.collective(off, "A2A:return_grad", "A2A", a, 0, s.cpu_of(s.ep, a, bytes));
+  };
+  auto fin = [&](int64_t c) {
+    s.sim.wait(ret[size_t(c)]);
+    s.sim.compute("permute_backward", "permute_backward",
+                  s.bytes_s(double(s.Rc) * row_bytes + double(s.Tc * s.L.D) * 4, s.r.permute_backward_gbps));
+  };
+  pipeline(s.n, off ? 1 : 0, prep, comp, fin, [&] { weight_grads(s, reduced); });
+}
+
+void backward_ring(Step& s, std::vector<Ev>& reduced) {
+  const double row_bytes = double(s.L.D) * s.b, P = s.lay.expert;
+  std::vector<Ev> sent(size_t(s.n)), ret(size_t(s.n));
+  const bool off = s.lay.off_ep;
+  auto prep = [&](int64_t c) {
+    const Cost a = all_gather(s.ep, double(s.Tc) * row_bytes, s.intra, s.inter);
+    sent[size_t(c)] = s.sim.collective(off, "AG:dy", "AG:ring", a, 0,
+                                       s.cpu_of(s.ep, a, double(s.Tc) * row_bytes * (P - 1)));
+  };
+  auto comp = [&](int64_t c) {
+    s.sim.wait(sent[size_t(c)]);
+    const GemmPoint g = s.gemm(double(s.Rc) / double(s.El));
+    const double cb =
+        s.bytes_s(2.0 * double(s.Rc) * row_bytes + P * double(s.Tc * s.L.D) * 4, s.r.combine_backward_gbps);
+    s.sim.compute("ffn_backward", "ffn_backward", s.flops_s(s.ffn_flops(), g.ffn_backward_gflops) + cb);
+    Cost rs = ring_reduce_scatter(s.ep, double(s.Tc * s.L.D) * 4, s.intra, s.inter);
+    const Cost rw = ring_reduce_scatter(s.ep, double(s.Tc * s.L.K) * 4, s.intra, s.inter);
+    rs.alpha_s += rw.alpha_s, rs.beta_s += rw.beta_s;
+    const double add = s.copy_s(P * double(s.Tc) * double(s.L.D + s.L.K) * 4);
+    ret[size_t(c)] = s.sim.collective(off, "RS:dx", "RS:ring", rs, add,
+                                      s.cpu_of(s.ep, rs, double(s.Tc * s.L.D) * 4 * (P - 1)));
+  };
+  auto fin = [&](int64_t c) {
+    s.sim.wait(ret[size_t(c)]);
+    s.sim.compute("copy_dx", "permute_backward", s.copy_s(double(s.Tc * s.L.D) * 8));
+  };
+  pipeline(s.n, off ? 1 : 0, prep, comp, fin, [&] { weight_grads(s, reduced); });
+}
+
+}  // namespace
+
+Prediction predict_step(const LayerShape& L, const Layout& lay, const Cluster& cl, const Rates& r,
+                        const ModelOptions& o) {
+  Prediction p;
+  p.layout = lay;
+  const double steal = o.steal >= 0 ? o.steal : std::clamp(2 - cl.cores_per_rank(), 0.0, 1.0);
+  Sim sim(p, steal, r.side_op_overhead_us * 1e-6);
+  Step s = make_step(L, lay, cl, r, sim);
+  const double T = double(L.T), D = double(L.D), E = double(L.E);
+  // Forward (DistLayer::forward).
+  Ev up, down;
+  weight_gathers(s, up, down);
+  sim.compute("router", "router", s.flops_s(2 * T * D * E, r.router_gflops));
+  const Cost stats = all_gather(s.world, E * 24 + 40, s.intra, s.inter);
+  sim.collective(false, "AG:aux_stats", "AG:aux_stats", stats, 0, 0);
+  std::vector<Ev> routed(size_t(s.n));
+  const double sort_s = double(s.Rc) * r.sort_ns_per_row * 1e-9 / s.speed;
+  for (int64_t c = 0; c < s.n; ++c) {
+    if (lay.off_sort)
+      routed[size_t(c)] = sim.side("sort", "sort", sort_s, sort_s);
+    else
+      sim.compute("sort", "sort", sort_s);
+  }
+  if (lay.ring)
+    forward_ring(s, routed, up, down);
+  else
+    forward_a2a(s, routed, up, down);
+  // Backward (DistLayer::backward).
+  std::vector<Ev> reduced;
+  if (lay.ring)
+    backward_ring(s, reduced);
+  else
+    backward_a2a(s, reduced);
+  sim.compute("router_backward", "router_backward", s.flops_s(4 * T * D * E, r.router_backward_gflops));
+  if (lay.ranks() > 1) {
+    const double n = D * E * 4;
+    const Cost ar = all_gather(s.world, n, s.intra, s.inter);
+    sim.collective(false, "AR:grad.router.kernel", "AR:router", ar, s.copy_s(lay.ranks() * n), 0);
+  }
+  for (const Ev& e : reduced) sim.wait(e);
+  p.step_s = sim.now();
+  return p;
+}
+
+}  // namespace moe::plan

@@ -1,0 +1,71 @@
+// The step model of `moe plan`: one forward + backward of the distributed
+// layer (src/distributed/dist_forward.cpp, dist_backward.cpp) replayed on two
+// timelines, the compute thread and the side engine (one FIFO worker), in the
+// order StepExec issues the ops: every collective costed with collectives.h,
+// every compute op with the rates (rates.h) at this rank's cores. Exposed
+// communication = the compute thread's time in inline collectives and in
+// waits for side-engine events, as `moe bench --dist` measures it.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "moe/dtype.h"
+#include "plan/cluster.h"
+#include "plan/collectives.h"
+#include "plan/rates.h"
+
+namespace moe::plan {
+
+// The layer per rank (letters of SPEC.md): T tokens per rank.
+struct LayerShape {
+  std::string name;
+  int64_t T = 0, D = 0, F = 0, E = 0, K = 0;
+  DType dtype = DType::bf16, weight_dtype = DType::f32;
+};
+
+struct Layout {
+  int data = 1, fsdp = 1, expert = 1;
+  int chunks = 1;
+  bool ring = false;                                        // use_ring_of_experts
+  bool off_fsdp = false, off_ep = false, off_sort = false;  // live offload targets
+  A2AAlgo a2a = A2AAlgo::flat;
+  int ranks() const { return data * fsdp * expert; }
+  std::string offload_text() const;  // "" | "fsdp_all_gather,ep_collectives,..." ("all" when all three)
+  std::string name() const;          // e.g. "d1 f2 e4 c4 ring +all a2a=hier"
+};
+
+// One op on a timeline (seconds since the step start).
+struct SimOp {
+  std::string name;
+  bool side = false;
+  bool comm = false;  // a collective (inline: exposed) or a wait for one
+  double start = 0, end = 0;
+};
+
+struct Prediction {
+  Layout layout;
+  double step_s = 0;
+  double compute_s = 0;                   // compute-thread time in compute ops
+  double exposed_comm_s = 0;              // inline collectives + waits
+  double comm_s = 0;                      // every collective's α–β cost, hidden or not
+  double side_busy_s = 0;                 // side-engine busy time
+  std::map<std::string, double> terms;    // time by kind (router, ffn, A2A, AG:weights, ...), hidden or not
+  std::map<std::string, double> exposed;  // exposed communication by kind (inline or waited for)
+  std::vector<SimOp> ops;
+};
+
+struct ModelOptions {
+  // Fraction of a side-engine op's CPU work that the compute thread loses when both share a
+  // core: clamp(2 - cores per rank, 0, 1) unless set (>= 0).
+  double steal = -1;
+};
+
+// REQUIRES: layout.ranks() == cluster.ranks(); E % expert == 0; D % fsdp == 0 (check_layout says why not).
+Prediction predict_step(const LayerShape& L, const Layout& lay, const Cluster& cl, const Rates& r,
+                        const ModelOptions& o = {});
+// "" when the layout can run this layer on this cluster, else why not.
+std::string check_layout(const LayerShape& L, const Layout& lay, const Cluster& cl);
+
+}  // namespace moe::plan

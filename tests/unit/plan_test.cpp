@@ -1,0 +1,266 @@
+// moe plan's cost formulas against hand-computed cases (docs/distributed.md,
+// "Model of scale"): the cluster string, groups on hosts, the α–β cost of each
+// collective algorithm, the schedule's overlap/exposed arithmetic, the
+// ranking, and the rates file.
+#include <gtest/gtest.h>
+
+#include "moe/error.h"
+#include "plan/cluster.h"
+#include "plan/collectives.h"
+#include "plan/ranking.h"
+#include "plan/rates.h"
+#include "plan/step_model.h"
+
+namespace moe::plan {
+namespace {
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(PlanCluster, ParsesEveryItemWithUnits) {
+  Cluster c = parse_cluster(
+      "hosts=16,cores=32,ranks_per_host=4,inter_bw=10Gbit,inter_lat=20us,intra_bw=20GB/s,intra_lat=500ns");
+  EXPECT_EQ(c.hosts, 16);
+  EXPECT_EQ(c.ranks(), 64);
+  EXPECT_DOUBLE_EQ(c.cores_per_rank(), 8.0);
+  EXPECT_DOUBLE_EQ(c.inter.bw_Bps, 1.25e9);
+  EXPECT_DOUBLE_EQ(c.inter.lat_s, 20e-6);
+  EXPECT_DOUBLE_EQ(c.intra.bw_Bps, 20e9);
+  EXPECT_DOUBLE_EQ(c.intra.lat_s, 500e-9);
+  EXPECT_DOUBLE_EQ(parse_bandwidth("x", "800Mbit"), 1e8);
+  EXPECT_DOUBLE_EQ(parse_duration("x", "1.5ms"), 1.5e-3);
+  EXPECT_DOUBLE_EQ(parse_cluster("cores=2,ranks_per_host=4").cores_per_rank(), 0.5);  // oversubscribed
+}
+
+TEST(PlanCluster, BadItemsNameTheItem) {
+  EXPECT_NE(
+      error_of([] { parse_cluster("hosts=2,inter_bw=10Gbps"); }).find("inter_bw=10Gbps: unknown unit 'Gbps'"),
+      std::string::npos);
+  EXPECT_NE(error_of([] { parse_cluster("hosts=0"); }).find("hosts=0: expected a positive integer"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { parse_cluster("nodes=4"); }).find("unknown item 'nodes'"), std::string::npos);
+  EXPECT_NE(error_of([] { parse_cluster("hosts"); }).find("item 'hosts': expected key=value"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { parse_cluster("hosts=2"); }).find("needs inter_bw"), std::string::npos);
+  EXPECT_NE(error_of([] { parse_cluster("inter_lat=fast"); }).find("inter_lat=fast: expected a number"),
+            std::string::npos);
+}
+
+TEST(PlanGroups, PlacementOnHosts) {
+  Group ep = make_group(4, 1, 4);  // expert axis, 4 ranks per host: inside one host
+  EXPECT_EQ(ep.p_local, 4);
+  EXPECT_EQ(ep.hosts(), 1);
+  EXPECT_EQ(ep.sharing, 1);
+  Group fs = make_group(8, 4, 4);  // fsdp at stride EP=4: one member per host, 4 groups share each NIC
+  EXPECT_EQ(fs.p_local, 1);
+  EXPECT_EQ(fs.hosts(), 8);
+  EXPECT_EQ(fs.sharing, 4);
+  Group g = make_group(8, 2, 4);  // stride 2: 2 members per host, 2 groups per host
+  EXPECT_EQ(g.p_local, 2);
+  EXPECT_EQ(g.hosts(), 4);
+  EXPECT_EQ(g.sharing, 2);
+}
+
+const Link kIntra{1e9, 1e-6};      // 1 GB/s, 1 us
+const Link kInter{1.25e9, 10e-6};  // 10 Gbit/s, 10 us
+
+TEST(PlanCollectives, FlatAllToAllOneHost) {
+  // P=4, n=4 MB: 3 messages of 1 MB through shared memory.
+  Cost c = all_to_all(A2AAlgo::flat, make_group(4, 1, 4), 4e6, kIntra, kInter);
+  EXPECT_DOUBLE_EQ(c.alpha_s, 3e-6);
+  EXPECT_DOUBLE_EQ(c.beta_s, 3e-3);
+  // Hierarchical inside one host is the flat one.
+  Cost h = all_to_all(A2AAlgo::hierarchical, make_group(4, 1, 4), 4e6, kIntra, kInter);
+  EXPECT_DOUBLE_EQ(h.total(), c.total());
+  EXPECT_DOUBLE_EQ(all_to_all(A2AAlgo::flat, make_group(1, 1, 4), 4e6, kIntra, kInter).total(), 0.0);
+}
+
+TEST(PlanCollectives, FlatAndHierarchicalAcrossHosts) {
+  // P=8 over 4 hosts, 2 per host (2 ranks per host: one group per NIC), n=8 MB.
+  Group g = make_group(8, 1, 2);
+  ASSERT_EQ(g.p_local, 2);
+  ASSERT_EQ(g.sharing, 1);
+  Cost f = all_to_all(A2AAlgo::flat, g, 8e6, kIntra, kInter);
+  EXPECT_NEAR(f.alpha_s, 1 * 1e-6 + 6 * 10e-6, 1e-15);     // 1 local peer, 6 remote
+  EXPECT_NEAR(f.beta_s, 1e6 / 1e9 + 6e6 / 1.25e9, 1e-15);  // 1 MB local, 6 MB through the NIC
+  Cost h = all_to_all(A2AAlgo::hierarchical, g, 8e6, kIntra, kInter);
+  EXPECT_NEAR(h.alpha_s, 2 * 1e-6 + 2 * 10e-6, 1e-15);  // 2 intra stages, ceil(3/2) host pairs
+  EXPECT_NEAR(h.beta_s, 2 * 4e6 / 1e9 + 8e6 * 0.75 / 1.25e9, 1e-15);
+  // Latency-bound (small n, many hosts): hierarchical wins; bandwidth-bound with a slow intra link: flat.
+  Group wide = make_group(256, 1, 8);
+  EXPECT_LT(all_to_all(A2AAlgo::hierarchical, wide, 1e4, kIntra, kInter).total(),
+            all_to_all(A2AAlgo::flat, wide, 1e4, kIntra, kInter).total());
+  const Link slow{1e8, 1e-6};
+  EXPECT_GT(all_to_all(A2AAlgo::hierarchical, make_group(8, 1, 2), 8e6, slow, kInter).total(),
+            all_to_all(A2AAlgo::flat, make_group(8, 1, 2), 8e6, slow, kInter).total());
+}
+
+TEST(PlanCollectives, RingAllGatherAndReduceScatter) {
+  // One host, P=4, 1 MB blocks: 3 steps of (1 us + 1 ms).
+  Cost c = ring_all_gather(make_group(4, 1, 4), 1e6, kIntra, kInter);
+  EXPECT_NEAR(c.total(), 3 * (1e-6 + 1e-3), 1e-15);
+  // Across 4 hosts, one member per host, 4 rings share each NIC: 3 steps of (10 us + 4 MB / 1.25 GB/s).
+  Cost x = ring_all_gather(make_group(4, 4, 4), 1e6, kIntra, kInter);
+  EXPECT_NEAR(x.total(), 3 * (10e-6 + 4e6 / 1.25e9), 1e-15);
+  EXPECT_DOUBLE_EQ(ring_reduce_scatter(make_group(4, 4, 4), 1e6, kIntra, kInter).total(), x.total());
+}
+
+TEST(PlanCollectives, RecursiveDoublingAndTheLibrarysChoice) {
+  // One host, P=8: 3 steps, 7 blocks.
+  Cost rd = rd_all_gather(make_group(8, 1, 8), 1e3, kIntra, kInter);
+  EXPECT_NEAR(rd.total(), 3e-6 + 7e3 / 1e9, 1e-15);
+  // Small blocks: recursive doubling (3 α instead of 7); MPI_Allgather takes it.
+  EXPECT_DOUBLE_EQ(all_gather(make_group(8, 1, 8), 1e3, kIntra, kInter).total(), rd.total());
+  // Across 8 hosts with 4 ranks per host: RD's inter steps carry every local member's data at once.
+  Group g = make_group(8, 4, 4);
+  Cost rdx = rd_all_gather(g, 1e6, kIntra, kInter);
+  EXPECT_NEAR(rdx.beta_s, 1e6 * 7 / (1.25e9 / 4), 1e-12);
+  EXPECT_NEAR(rdx.alpha_s, 3 * 10e-6, 1e-15);
+}
+
+// Rates with round numbers: 1 GFLOP/s everywhere, 1 GB/s everywhere, no side hand-off.
+Rates round_rates() {
+  Rates r;
+  r.gemm.push_back({DType::bf16, 64, 32, 1, 1, 1, 1});
+  r.router_gflops = r.router_backward_gflops = 1;
+  r.sort_ns_per_row = 1;
+  r.permute_gbps = r.combine_gbps = r.combine_backward_gbps = r.permute_backward_gbps = r.memcpy_gbps = 1;
+  r.intra = kIntra;
+  r.side_op_overhead_us = 0;
+  return r;
+}
+
+LayerShape small_layer() { return {"t", 64, 64, 32, 8, 2, DType::bf16, DType::bf16}; }
+
+TEST(PlanStep, OneRankIsTheSumOfItsOps) {
+  const Rates r = round_rates();
+  const LayerShape L = small_layer();
+  Cluster cl;
+  cl.cores = 1;
+  const Prediction p = predict_step(L, Layout{}, cl, r);
+  const double T = 64, D = 64, F = 32, E = 8, R = 128, b = 2;
+  const double expect = 2 * T * D * E * 1e-9 + R * 1e-9 + 2 * R * D * b * 1e-9 + 6 * R * D * F * 1e-9 +
+                        (R + T) * D * b * 1e-9 + 2 * R * D * b * 1e-9 + 6 * R * D * F * 1e-9 +
+                        (R * D * b + T * D * 4) * 1e-9 + 6 * R * D * F * 1e-9 + 4 * T * D * E * 1e-9 +
+                        (E * 24 + 40) / 1e9 * 0;  // stats: P=1 costs 0
+  EXPECT_NEAR(p.step_s, expect, 1e-12);
+  EXPECT_NEAR(p.compute_s, expect, 1e-12);
+  EXPECT_DOUBLE_EQ(p.exposed_comm_s, 0.0);
+  // Half a core: every compute op takes twice as long.
+  cl.cores = 0.5;
+  EXPECT_NEAR(predict_step(L, Layout{}, cl, r).step_s, 2 * expect, 1e-12);
+}
+
+TEST(PlanStep, InlineCollectivesAreExposedAndStepIsComputePlusExposed) {
+  const Rates r = round_rates();
+  Cluster cl;
+  cl.cores = 2, cl.ranks_per_host = 2;  // one core per rank
+  Layout ep2;
+  ep2.expert = 2;
+  const Prediction p = predict_step(small_layer(), ep2, cl, r);
+  EXPECT_NEAR(p.step_s, p.compute_s + p.exposed_comm_s, 1e-12);
+  // Every collective inline: exposed = their α–β costs + the router AR's ordered sum (2 x D·E f32 at 1 GB/s).
+  EXPECT_NEAR(p.exposed_comm_s, p.comm_s + 2 * 64 * 8 * 4 / 1e9, 1e-12);
+  // Four A2As of R·D·2 bytes over 2 ranks: each (α + n/2/β).
+  const double n = 128 * 64 * 2;
+  EXPECT_NEAR(p.terms.at("A2A"), 4 * (1e-6 + n / 2 / 1e9), 1e-12);
+}
+
+TEST(PlanStep, SideEngineOverlapHandComputed) {
+  // fsdp=2, weights gathered on the side engine while the router, sort and permute run; the FFN
+  // waits for wi_1 (up) and wo (down). No casts (bf16 weights), no steal, no hand-off.
+  const Rates r = round_rates();
+  Cluster cl;
+  cl.cores = 2, cl.ranks_per_host = 2;  // one core per rank: speed 1
+  Layout l;
+  l.fsdp = 2;
+  l.off_fsdp = true;
+  ModelOptions o;
+  o.steal = 0;
+  const LayerShape L = small_layer();
+  const Prediction p = predict_step(L, l, cl, r, o);
+  const double T = 64, D = 64, F = 32, E = 8, R = 128, b = 2;
+  const double shard = 8 * D * F / 2 * b;                      // one weight's shard, bf16
+  const double ag = 1e-6 + shard / 1e9 + 2 * shard * 2 / 1e9;  // ring step + placement copy
+  const double before = 2 * T * D * E * 1e-9 + (1e-6 + (E * 24 + 40) / 1e9) + R * 1e-9 + 2 * R * D * b * 1e-9;
+  ASSERT_GT(2 * ag, before);  // the FFN waits for wi_1
+  const double ffn = 6 * R * D * F * 1e-9;
+  // ffn part 1 starts at 2·ag, then waits for wo (3·ag) if not there yet.
+  const double t_wo = std::max(2 * ag + ffn * 2 / 3, 3 * ag);
+  const double expect_wait = (2 * ag - before) + std::max(0.0, 3 * ag - (2 * ag + ffn * 2 / 3));
+  EXPECT_NEAR(p.exposed.at("AG:weights"), expect_wait, 1e-12);
+  double rest = ffn / 3 + (R + T) * D * b * 1e-9;  // wo GEMM, combine
+  // The forward ends at t_wo + rest; the backward adds only compute and the gradient RSs.
+  double fwd_end = 0;
+  for (const SimOp& op : p.ops)
+    if (op.name == "combine") fwd_end = op.end;
+  EXPECT_NEAR(fwd_end, t_wo + rest, 1e-12);
+  // Without offload the gathers are inline: all 3 exposed in full.
+  l.off_fsdp = false;
+  const Prediction q = predict_step(L, l, cl, r, o);
+  EXPECT_NEAR(q.exposed.at("AG:weights"), 3 * ag, 1e-12);
+  EXPECT_LT(p.exposed_comm_s, q.exposed_comm_s);
+}
+
+TEST(PlanStep, StealStretchesComputeUnderSideWork) {
+  const Rates r = round_rates();
+  Cluster cl;
+  cl.cores = 2, cl.ranks_per_host = 2;
+  Layout l;
+  l.expert = 2, l.chunks = 4, l.off_ep = true;
+  ModelOptions none, full;
+  none.steal = 0, full.steal = 1;
+  const Prediction a = predict_step(small_layer(), l, cl, r, none),
+                   b = predict_step(small_layer(), l, cl, r, full);
+  EXPECT_GT(b.compute_s, a.compute_s);
+  EXPECT_LE(b.compute_s - a.compute_s, b.side_busy_s + 1e-12);  // at most the side engine's work
+}
+
+TEST(PlanRanking, SortedAndExplained) {
+  const Rates r = round_rates();
+  Cluster cl = parse_cluster("hosts=2,cores=4,ranks_per_host=2,inter_bw=1Gbit,inter_lat=50us");
+  const LayerShape L = small_layer();
+  const auto cands = candidate_layouts(L, cl);
+  ASSERT_GT(cands.size(), 10u);
+  bool hier = false;
+  for (const Layout& l : cands) hier |= l.a2a == A2AAlgo::hierarchical;
+  EXPECT_TRUE(hier);  // the expert group of 4 spans the 2 hosts
+  const auto ranked = rank_layouts(L, cl, r, cands);
+  for (size_t i = 1; i < ranked.size(); ++i) EXPECT_LE(ranked[i - 1].step_s, ranked[i].step_s);
+  const std::string why = explain_winner(ranked);
+  EXPECT_NE(why.find("why " + ranked[0].layout.name() + " wins"), std::string::npos) << why;
+  EXPECT_NE(why.find("runner-up " + ranked[1].layout.name()), std::string::npos) << why;
+  EXPECT_EQ(rank_layouts(L, Cluster{}, r, {Layout{}}).size(), 1u);
+}
+
+TEST(PlanRates, InterpolatesInRowsPerExpertAndRoundTrips) {
+  Rates r = round_rates();
+  r.gemm = {{DType::bf16, 64, 32, 10, 10, 20, 30}, {DType::bf16, 64, 32, 1000, 30, 40, 50}};
+  GemmPoint g = r.ffn_at(DType::bf16, 64, 32, 100);
+  EXPECT_NEAR(g.ffn_gflops, 20, 1e-9);
+  EXPECT_NEAR(g.weight_grads_gflops, 40, 1e-9);
+  EXPECT_DOUBLE_EQ(r.ffn_at(DType::bf16, 64, 32, 1).ffn_gflops, 10);   // clamped
+  EXPECT_DOUBLE_EQ(r.ffn_at(DType::f32, 64, 32, 1e6).ffn_gflops, 30);  // no f32 point: any dtype
+  r.pool_threads = 2, r.pool_speedup = 1.5;
+  EXPECT_DOUBLE_EQ(r.speed(0.5, 1), 0.5);
+  EXPECT_DOUBLE_EQ(r.speed(2, 2), 1.5);
+  EXPECT_DOUBLE_EQ(r.speed(8, 8), 1 + 7 * 0.5);
+  const Rates back = parse_rates(rates_json(r), "mem");
+  EXPECT_EQ(back.gemm.size(), 2u);
+  EXPECT_DOUBLE_EQ(back.intra.lat_s, r.intra.lat_s);
+  EXPECT_NE(error_of([] {
+              parse_rates("{\"format\": \"moe-plan-rates\", \"version\": 1}", "f.json");
+            }).find("f.json: missing field 'pool_threads'"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { parse_rates("[1]", "f.json"); }).find("f.json: not a JSON object"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace moe::plan
