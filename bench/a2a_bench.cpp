@@ -56,7 +56,7 @@ void run(Communicator& w, const Sizes& s) {
     auto two = [&] { hier.all_to_allv(send.data(), b.data(), l, c, s.row_bytes), w.barrier(); };
     const auto [tf, th] = median_ms_interleaved(s.reps, flat, two);
     int same = a == b, all_same = 0;
-    std::vector<int> all(size_t(P));
+    std::vector<int> all(static_cast<size_t>(P));
     w.all_gather(&same, all.data(), sizeof(int));
     for (int v : all) all_same += v;
     if (w.rank() == 0)
