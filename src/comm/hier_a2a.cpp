@@ -12,8 +12,9 @@ namespace {
 
 // A staging buffer from the engine's caching allocator (src/core/allocator.h),
 // not a fresh std::vector: MPI moving freshly mmap'd pages was ~20x slower
-// (an 8 MiB-per-rank all_to_allv over 4 ranks on one machine: 952 ms with new
-// buffers each call against 47 ms with reused ones; docs/distributed.md).
+// (an 8 MiB-per-rank all_to_allv over 4 ranks on one machine, timed by a
+// throwaway program: 952 ms with new buffers each call against 47 ms with
+// reused ones; docs/distributed.md).
 class Staging {
  public:
   explicit Staging(size_t bytes) : n_((std::max<size_t>(bytes, 1) + 63) / 64 * 64) {
