@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <ostream>
 #include <string>
 
 #include "moe/comm_tensor.h"
@@ -64,6 +65,8 @@ struct Case {
   double buffer_factor;
   const char* offload;
 };
+
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
 
 class HierLayerMpi : public ::testing::TestWithParam<Case> {};
 
