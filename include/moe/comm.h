@@ -144,6 +144,12 @@ class Communicator {
   // Collective: ranks with the same color (>= 0) form a new communicator,
   // ordered by key (ties by rank). The result shares this one's counters.
   virtual std::unique_ptr<Communicator> split(int color, int key) = 0;
+  // Collective: the ranks of this communicator on this rank's host, ordered
+  // by key (ties by rank); shares this one's counters. A host is what MPI
+  // calls a shared-memory node (MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)),
+  // unless ranks_per_host_override() is set: then world rank r is on host
+  // r / n. Single process: a copy of itself.
+  virtual std::unique_ptr<Communicator> split_by_host(int key) = 0;
   // Takes every rank of the job down with the message (exit status 1).
   [[noreturn]] virtual void abort(const std::string& msg) = 0;
 
@@ -182,6 +188,14 @@ class Communicator {
 // so no peer is left waiting in a collective while this rank returns into
 // MPI_Finalize. On one rank the exception propagates unchanged.
 void run_collectively(Communicator& comm, const std::function<void()>& body);
+
+// MOE_RANKS_PER_HOST=n (n >= 1): world ranks [0, n) are host 0, [n, 2n)
+// host 1, ... (the last host may have fewer). For tests on one machine (the
+// suite runs `mpirun -np 4` as 2 hosts x 2 ranks) and for users whose MPI
+// cannot tell hosts apart (e.g. network namespaces without a UTS namespace).
+// Returns 0 when unset; any other value than a positive integer is an error
+// naming the variable.
+int ranks_per_host_override();
 
 // The single-process communicator: size 1, collectives are copies.
 std::unique_ptr<Communicator> make_single_process_comm();

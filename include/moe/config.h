@@ -18,6 +18,8 @@ namespace moe {
 enum class ScoreFunc { softmax, sigmoid };
 enum class Activation { silu, gelu };  // gelu = tanh approximation
 enum class KernelChoice { reference, fused };
+// The expert-parallel ragged all-to-all (docs/distributed.md, "Hierarchical all-to-all").
+enum class EpAllToAll { flat, hierarchical, automatic };  // "flat" | "hierarchical" | "auto"
 
 struct Config {
   // --- the layer (SPEC.md §2) ---
@@ -48,6 +50,7 @@ struct Config {
   bool use_ring_of_experts = false;
   int64_t num_moe_token_chunks = 1;
   double ragged_buffer_factor = -1.0;
+  EpAllToAll ep_all_to_all = EpAllToAll::flat;  // hierarchical: within hosts, then between them
   double collective_timeout_s = 300.0;  // the collective watchdog (include/moe/watchdog.h); 0: off
   double collective_liveness_s = 10.0;  // probe the peers of a wait this old (include/moe/watchdog.h); 0: off
 

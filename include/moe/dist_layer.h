@@ -78,6 +78,7 @@ class DistLayer {
   bool explicit_plan_;
   const DistRuntime* rt_;
   StepTrace* trace_;
+  bool hier_a2a_ = false;  // ep_all_to_all resolved on this mesh (ep_exchange.h)
 };
 
 // Checks the config against a world of `world_size` ranks before any

@@ -22,6 +22,8 @@
 
 namespace moe {
 
+class HierAllToAll;  // src/comm/hier_a2a.h
+
 enum class MeshAxis : int { data = 0, fsdp = 1, expert = 2 };
 inline constexpr int kNumMeshAxes = 3;
 const char* mesh_axis_name(MeshAxis a);  // "data" | "fsdp" | "expert"
@@ -60,7 +62,9 @@ class Mesh {
  public:
   // Collective over `world` (which must outlive the mesh): creates one
   // sub-communicator per ordered list of distinct axes (16 splits, including
-  // the empty list = this rank alone). world.size() must equal shape.size().
+  // the empty list = this rank alone), and the expert axis's host map (a host
+  // split, a broadcast, a gatherv; uncounted). world.size() must equal
+  // shape.size().
   Mesh(Communicator& world, MeshShape shape);
   ~Mesh();
 
@@ -78,12 +82,17 @@ class Mesh {
   // Product of the axes' extents / this rank's index among them (major first).
   int extent(const std::vector<std::string>& axes) const;
   int index(const std::vector<std::string>& axes) const;
+  // The expert axis's hosts and hierarchical all-to-all (built with the mesh
+  // when the axis has more than one rank; null otherwise). See
+  // docs/distributed.md, "Hierarchical all-to-all".
+  const HierAllToAll* expert_hier() const { return expert_hier_.get(); }
 
  private:
   Communicator& world_;
   MeshShape shape_;
   MeshCoords coords_;
   std::vector<std::unique_ptr<Communicator>> subs_;  // indexed by axes_key()
+  std::unique_ptr<HierAllToAll> expert_hier_;
 };
 
 // Parses axis names (error naming an unknown or repeated one).

@@ -19,6 +19,8 @@ void ring_chunks4(Config& c) { c.use_ring_of_experts = true, chunks4(c); }
 void ring_chunks4_all(Config& c) { ring_chunks4(c), off_all(c); }
 // One rank doing what one rank of ep2 does: E/2 experts on its own tokens' T*K rows, 4 chunks.
 void half_experts_chunks4(Config& c) { c.num_experts /= 2, chunks4(c); }
+void hier(Config& c) { c.ep_all_to_all = EpAllToAll::hierarchical; }
+void hier_chunks4_all(Config& c) { hier(c), chunks4_all(c); }
 
 std::vector<DistVariant> make() {
   return {
@@ -40,6 +42,10 @@ std::vector<DistVariant> make() {
       {"ep2_chunks4+all", 1, 1, 2, chunks4_all, "baseline_ep2_chunks4", "ep2, 4 chunks pipelined, every target"},
       {"baseline_ring2_chunks4", 1, 1, 2, ring_chunks4, "", "ring of experts over 2 ranks, 4 chunks"},
       {"ring2_chunks4+all", 1, 1, 2, ring_chunks4_all, "baseline_ring2_chunks4", "ring over 2, 4 chunks, every target"},
+      // Hierarchical all-to-all: two phases when the expert group spans several hosts (MOE_RANKS_PER_HOST=2
+      // on one machine: 2 hosts x 2 ranks), else the flat exchange.
+      {"ep4_hier", 1, 1, 4, hier, "baseline_ep4", "ep4, ep_all_to_all=hierarchical"},
+      {"ep4_hier_chunks4+all", 1, 1, 4, hier_chunks4_all, "ep4_chunks4+all", "ep4_hier, 4 chunks pipelined, every target"},
   };
 }
 

@@ -2,6 +2,8 @@
 
 #include <sstream>
 
+#include "comm/hier_a2a.h"
+
 #include "moe/error.h"
 
 namespace moe {
@@ -128,6 +130,7 @@ Mesh::Mesh(Communicator& world, MeshShape shape) : world_(world), shape_(shape) 
     for (MeshAxis a : axes) (a == MeshAxis::data ? rest.data : a == MeshAxis::fsdp ? rest.fsdp : rest.expert) = 0;
     subs_[axes_key(axes)] = world.split(shape_.rank_of(rest), index_along(shape_, coords_, axes));
   }
+  if (shape_.expert > 1) expert_hier_ = std::make_unique<HierAllToAll>(comm_of({MeshAxis::expert}));
 }
 
 Mesh::~Mesh() = default;

@@ -522,6 +522,18 @@ class MpiComm : public Communicator {
     return out;
   }
 
+  std::unique_ptr<Communicator> split_by_host(int key) override {
+    const int per_host = ranks_per_host_override();  // checked before the collective
+    MPI_Comm sub;
+    const uint64_t id = mix(mix(track_->id, uint64_t(++track_->splits)), 0x686f7374ull);
+    WatchedWait w("split_by_host", "", next_site());
+    if (per_host > 0) MPI_Comm_split(comm_, g_world_rank / per_host, key, &sub);
+    else MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, key, MPI_INFO_NULL, &sub);
+    auto out = std::make_unique<MpiComm>(rt_, sub, shared_counters(), id);
+    out->set_polite_waits(polite_waits());
+    return out;
+  }
+
   [[noreturn]] void abort(const std::string& msg) override {
     print_fatal(msg);
     abort_world();

@@ -50,6 +50,11 @@ class SingleProcessComm : public Communicator {
     return std::make_unique<SingleProcessComm>(shared_counters());
   }
 
+  std::unique_ptr<Communicator> split_by_host(int) override {
+    ranks_per_host_override();  // a bad value is an error here too
+    return std::make_unique<SingleProcessComm>(shared_counters());
+  }
+
   [[noreturn]] void abort(const std::string& msg) override {
     std::fprintf(stderr, "moe: fatal: %s\n", msg.c_str());
     std::fflush(stderr);

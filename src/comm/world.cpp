@@ -35,6 +35,17 @@ bool mpi_compiled_in() {
 #endif
 }
 
+int ranks_per_host_override() {
+  const char* v = std::getenv("MOE_RANKS_PER_HOST");
+  if (!v || !*v) return 0;
+  char* end = nullptr;
+  const long n = std::strtol(v, &end, 10);
+  if (*end != '\0' || n < 1 || n > (1 << 24))
+    fail("MOE_RANKS_PER_HOST='", v, "': expected a positive integer (world ranks per host: ranks [0, n) are host 0, ",
+         "[n, 2n) host 1, ...); unset it to let MPI tell the hosts");
+  return int(n);
+}
+
 std::unique_ptr<Communicator> make_world_comm() {
   collective_timeout();  // a bad MOE_COLLECTIVE_TIMEOUT_S or _LIVENESS_S is an error here, before MPI
   if (!launched_by_mpi()) return make_single_process_comm();

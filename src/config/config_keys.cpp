@@ -27,6 +27,11 @@ struct EnumNames<KernelChoice> {
   static constexpr std::array<const char*, 2> names{"reference", "fused"};
 };
 
+template <>
+struct EnumNames<EpAllToAll> {
+  static constexpr std::array<const char*, 3> names{"flat", "hierarchical", "auto"};
+};
+
 const std::vector<std::string> kKernels{"reference", "fused"};
 
 std::vector<KeyDef> build_table() {
@@ -73,6 +78,10 @@ std::vector<KeyDef> build_table() {
       {"num_moe_token_chunks", &C::num_moe_token_chunks, G::parallelism, "token chunks per rank; >= 1"},
       {"ragged_buffer_factor", &C::ragged_buffer_factor, G::parallelism,
        "-1: worst-case receive buffer; > 0: cap at R * factor rows"},
+      {"ep_all_to_all", &C::ep_all_to_all, G::parallelism,
+       "expert all-to-all: flat; hierarchical (within hosts, then one message per host pair and lane); auto: "
+       "hierarchical when the expert group spans several hosts with the same number (> 1) of ranks each",
+       {"flat", "hierarchical", "auto"}},
       {"collective_timeout_s", &C::collective_timeout_s, G::parallelism,
        "seconds a collective or completion wait may last before the job ends; 0: no limit"},
       {"collective_liveness_s", &C::collective_liveness_s, G::parallelism,
@@ -176,7 +185,7 @@ const char* group_name(Group g) {
 }
 
 const char* type_name(const KeyDef& k) {
-  static constexpr const char* kNames[] = {"int", "float", "bool", "string", "enum", "enum", "enum", "enum"};
+  static constexpr const char* kNames[] = {"int", "float", "bool", "string", "enum", "enum", "enum", "enum", "enum"};
   return kNames[k.field.index()];
 }
 

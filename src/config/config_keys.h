@@ -18,7 +18,7 @@ enum class Group { layer, parallelism, offload, train };
 // The Config member a key is bound to; the alternative held is the key's type.
 using Field =
     std::variant<int64_t Config::*, double Config::*, bool Config::*, std::string Config::*, DType Config::*,
-                 ScoreFunc Config::*, Activation Config::*, KernelChoice Config::*>;
+                 ScoreFunc Config::*, Activation Config::*, KernelChoice Config::*, EpAllToAll Config::*>;
 
 struct KeyDef {
   KeyDef(const char* name, Field field, Group group, const char* help, std::vector<std::string> allowed = {},

@@ -84,6 +84,9 @@ void check_parallelism(Problems& out, const Config& c) {
     add(out, "When expert_parallelism is 1, use_ring_of_experts must be false");
   if (c.expert_parallelism == 1 && c.ragged_buffer_factor != -1.0)
     add(out, "When expert_parallelism is 1, ragged_buffer_factor must be -1", got(c, "ragged_buffer_factor"));
+  if (c.use_ring_of_experts && c.ep_all_to_all == EpAllToAll::hierarchical)
+    add(out, "ep_all_to_all=hierarchical needs the all-to-all, which use_ring_of_experts=true replaces (use flat or "
+        "auto with the ring of experts)");
   require_int_at_least(out, c, "num_moe_token_chunks", c.num_moe_token_chunks, 1);
   if (!(c.ragged_buffer_factor == -1.0 || c.ragged_buffer_factor > 0))
     add(out, "ragged_buffer_factor must be -1 or > 0", got(c, "ragged_buffer_factor"));

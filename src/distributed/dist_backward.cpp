@@ -132,7 +132,7 @@ void DistLayer::backward_a2a(const StepExec& ex, const DistForward& f, const Ten
     if (ch.ex.identity()) return;
     Tensor dys = g.buf;
     g.sent = ex.collective(OffloadTarget::ep_collectives, Collective::all_to_all, at("A2A:dispatch_grad", c),
-                           [&g, &ch, dys](const Mesh& m) { g.buf = ep_send(m.comm({"expert"}), ch.ex, dys); });
+                           [&g, &ch, dys, h = hier_a2a_](const Mesh& m) { g.buf = ep_send(ep_comm(m, h), ch.ex, dys); });
   };
   auto compute = [&](int64_t c) {
     const Chunk& ch = f.chunks[size_t(c)];
@@ -147,7 +147,7 @@ void DistLayer::backward_a2a(const StepExec& ex, const DistForward& f, const Ten
     if (ch.ex.identity()) return void(g.buf = dxl);
     const int64_t Rc = (ch.t1 - ch.t0) * K;
     g.returned = ex.collective(OffloadTarget::ep_collectives, Collective::all_to_all, at("A2A:return_grad", c),
-                               [&g, &ch, back, Rc](const Mesh& m) { g.buf = ep_send_back(m.comm({"expert"}), ch.ex, back, Rc); });
+                               [&g, &ch, back, Rc, h = hier_a2a_](const Mesh& m) { g.buf = ep_send_back(ep_comm(m, h), ch.ex, back, Rc); });
   };
   auto finish = [&](int64_t c) {
     const Chunk& ch = f.chunks[size_t(c)];

@@ -134,7 +134,7 @@ void DistLayer::forward_a2a(const StepExec& ex, DistForward& f, Tensor& y) const
                                   });
     if (!ex.offloaded(OffloadTarget::ep_collectives, Collective::all_to_all)) ex.wait(planned);
     ch.sent = ex.collective(OffloadTarget::ep_collectives, Collective::all_to_all, at("A2A:dispatch", c),
-                            [&ch](const Mesh& m) { ch.buf = ep_send(m.comm({"expert"}), ch.ex, ch.xs); });
+                            [&ch, h = hier_a2a_](const Mesh& m) { ch.buf = ep_send(ep_comm(m, h), ch.ex, ch.xs); });
   };
   auto compute = [&](int64_t c) {
     Chunk& ch = f.chunks[size_t(c)];
@@ -149,7 +149,7 @@ void DistLayer::forward_a2a(const StepExec& ex, DistForward& f, Tensor& y) const
     if (ch.ex.identity()) return void(ch.ys = ch.act.ys);
     const int64_t Rc = (ch.t1 - ch.t0) * K;
     ch.returned = ex.collective(OffloadTarget::ep_collectives, Collective::all_to_all, at("A2A:return", c),
-                                [&ch, back, Rc](const Mesh& m) { ch.ys = ep_send_back(m.comm({"expert"}), ch.ex, back, Rc); });
+                                [&ch, back, Rc, h = hier_a2a_](const Mesh& m) { ch.ys = ep_send_back(ep_comm(m, h), ch.ex, back, Rc); });
   };
   auto finish = [&](int64_t c) {
     Chunk& ch = f.chunks[size_t(c)];

@@ -80,14 +80,20 @@ MeshShape check_parallel_config(const Config& cfg, int world_size) {
 }
 
 DistLayer::DistLayer(const Config& cfg, const Mesh& mesh, bool explicit_fsdp_plan, StepTrace* trace)
-    : cfg_(cfg), mesh_(mesh), explicit_plan_(explicit_fsdp_plan), rt_(nullptr), trace_(trace) {}
+    : cfg_(cfg),
+      mesh_(mesh),
+      explicit_plan_(explicit_fsdp_plan),
+      rt_(nullptr),
+      trace_(trace),
+      hier_a2a_(use_hierarchical_a2a(cfg, mesh)) {}
 
 DistLayer::DistLayer(const Config& cfg, const DistRuntime& rt)
     : cfg_(cfg),
       mesh_(rt.mesh()),
       explicit_plan_(rt.offload().is_live(OffloadTarget::fsdp_all_gather)),
       rt_(&rt),
-      trace_(nullptr) {}
+      trace_(nullptr),
+      hier_a2a_(use_hierarchical_a2a(cfg, rt.mesh())) {}
 
 LayerWeights DistLayer::shard(const LayerWeights& full) const { return shard_weights(cfg_, mesh_, full); }
 

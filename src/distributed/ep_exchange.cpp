@@ -37,6 +37,23 @@ std::vector<int64_t> rows_per_sender(const CountMatrix& gg, int s, int64_t El, i
 
 }  // namespace
 
+EpComm ep_comm(const Mesh& m, bool hierarchical) {
+  const HierAllToAll* h = hierarchical ? m.expert_hier() : nullptr;
+  MOE_ASSERT(!hierarchical || (h && h->usable()), "ep_comm: no hierarchical all-to-all on this mesh");
+  return EpComm{m.comm({"expert"}), h};
+}
+
+bool use_hierarchical_a2a(const Config& cfg, const Mesh& mesh) {
+  const HierAllToAll* h = mesh.expert_hier();
+  if (cfg.ep_all_to_all == EpAllToAll::flat || cfg.use_ring_of_experts || !h) return false;
+  const HostMap& hosts = h->hosts();
+  if (cfg.ep_all_to_all == EpAllToAll::hierarchical && hosts.hosts() > 1 && hosts.ranks_per_host() == 0)
+    fail("ep_all_to_all=hierarchical: the expert group's ", mesh.shape().expert, " ranks sit on ", hosts.describe(),
+         "; the hierarchical all-to-all needs the same number of ranks on every host (use ep_all_to_all=flat, or ",
+         "auto, which is flat here)");
+  return h->usable();
+}
+
 EpExchange plan_exchange(Communicator& comm, const GroupLayout& groups, int64_t E, int64_t routed_rows,
                          double factor) {
   EpExchange ex;
@@ -69,9 +86,11 @@ EpExchange plan_exchange(Communicator& comm, const GroupLayout& groups, int64_t 
   return ex;
 }
 
-Tensor ep_send(Communicator& comm, const EpExchange& ex, const Tensor& xs) {
+Tensor ep_send(const EpComm& ep, const EpExchange& ex, const Tensor& xs) {
   Tensor buf(xs.dtype(), {ex.buffer_rows, xs.dim(1)});
-  comm.all_to_allv(xs.raw(), buf.raw(), ex.dispatch, size_t(xs.dim(1)) * dtype_size(xs.dtype()));
+  const size_t rb = size_t(xs.dim(1)) * dtype_size(xs.dtype());
+  if (ep.hier) ep.hier->all_to_allv(xs.raw(), buf.raw(), ex.dispatch, ex.capped, rb);
+  else ep.comm.all_to_allv(xs.raw(), buf.raw(), ex.dispatch, rb);
   return buf;
 }
 
@@ -95,18 +114,21 @@ Tensor ep_unsort_local(const EpExchange& ex, const Tensor& yl) {
   return buf;
 }
 
-Tensor ep_send_back(Communicator& comm, const EpExchange& ex, const Tensor& buf, int64_t routed_rows) {
+Tensor ep_send_back(const EpComm& ep, const EpExchange& ex, const Tensor& buf, int64_t routed_rows) {
   Tensor out(buf.dtype(), {routed_rows, buf.dim(1)});
-  comm.all_to_allv(buf.raw(), out.raw(), ex.combine, size_t(buf.dim(1)) * dtype_size(buf.dtype()));
+  const size_t rb = size_t(buf.dim(1)) * dtype_size(buf.dtype());
+  // The reverse exchange: rank j sends rank i what i sent j (after the cap).
+  if (ep.hier) ep.hier->all_to_allv(buf.raw(), out.raw(), ex.combine, ex.capped.transposed(), rb);
+  else ep.comm.all_to_allv(buf.raw(), out.raw(), ex.combine, rb);
   return out;
 }
 
-Tensor ep_dispatch(Communicator& comm, const EpExchange& ex, const Tensor& xs) {
-  return ex.identity() ? xs : ep_sort_local(ex, ep_send(comm, ex, xs));
+Tensor ep_dispatch(const EpComm& ep, const EpExchange& ex, const Tensor& xs) {
+  return ex.identity() ? xs : ep_sort_local(ex, ep_send(ep, ex, xs));
 }
 
-Tensor ep_return(Communicator& comm, const EpExchange& ex, const Tensor& yl, int64_t routed_rows) {
-  return ex.identity() ? yl : ep_send_back(comm, ex, ep_unsort_local(ex, yl), routed_rows);
+Tensor ep_return(const EpComm& ep, const EpExchange& ex, const Tensor& yl, int64_t routed_rows) {
+  return ex.identity() ? yl : ep_send_back(ep, ex, ep_unsort_local(ex, yl), routed_rows);
 }
 
 }  // namespace moe

@@ -6,11 +6,32 @@
 #pragma once
 
 #include "comm/ep_plan.h"
+#include "comm/hier_a2a.h"
 #include "kernels/grouped_gemm.h"
 #include "moe/comm.h"
+#include "moe/config.h"
+#include "moe/mesh.h"
 #include "moe/tensor.h"
 
 namespace moe {
+
+// Where a mesh's expert-parallel all-to-alls run: flat on the expert
+// communicator, or in two phases (hier non-null: docs/distributed.md,
+// "Hierarchical all-to-all"). Both give the same receive buffer, byte for byte.
+struct EpComm {
+  Communicator& comm;
+  const HierAllToAll* hier = nullptr;
+};
+// REQUIRES: hierarchical implies m.expert_hier()->usable().
+EpComm ep_comm(const Mesh& m, bool hierarchical);
+
+// Whether the layer's ragged all-to-alls run hierarchically on `mesh`
+// (config key ep_all_to_all): flat never; auto when the expert group spans
+// several hosts with the same number (> 1) of ranks each; hierarchical then
+// too, is the flat exchange on one host or with one rank per host, and is an
+// error (naming the key and the hosts) when the hosts have unequal numbers
+// of ranks. The same answer on every rank.
+bool use_hierarchical_a2a(const Config& cfg, const Mesh& mesh);
 
 struct EpExchange {
   int ep = 1, rank = 0;
@@ -37,17 +58,17 @@ EpExchange plan_exchange(Communicator& ep_comm, const GroupLayout& groups, int64
 // The exchange in four steps, so the all-to-alls (side engine when offloaded)
 // and the row movement (compute pool) can run on different threads:
 // xs [R_l, D] sorted by global expert -> receive buffer [buffer_rows, D] (one A2A).
-Tensor ep_send(Communicator& ep_comm, const EpExchange& ex, const Tensor& xs);
+Tensor ep_send(const EpComm& ep, const EpExchange& ex, const Tensor& xs);
 // Receive buffer -> xl [buffer_rows, D] sorted by local expert (row gather).
 Tensor ep_sort_local(const EpExchange& ex, const Tensor& buf);
 // yl sorted by local expert -> buffer order (row scatter).
 Tensor ep_unsort_local(const EpExchange& ex, const Tensor& yl);
 // Buffer -> [R_l, D] in this rank's sorted order (one A2A); rows a capped
 // buffer dropped come back as zeros.
-Tensor ep_send_back(Communicator& ep_comm, const EpExchange& ex, const Tensor& buf, int64_t routed_rows);
+Tensor ep_send_back(const EpComm& ep, const EpExchange& ex, const Tensor& buf, int64_t routed_rows);
 
 // Both halves of each direction (identity with one expert rank).
-Tensor ep_dispatch(Communicator& ep_comm, const EpExchange& ex, const Tensor& xs);
-Tensor ep_return(Communicator& ep_comm, const EpExchange& ex, const Tensor& yl, int64_t routed_rows);
+Tensor ep_dispatch(const EpComm& ep, const EpExchange& ex, const Tensor& xs);
+Tensor ep_return(const EpComm& ep, const EpExchange& ex, const Tensor& yl, int64_t routed_rows);
 
 }  // namespace moe

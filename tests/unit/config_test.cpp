@@ -129,6 +129,7 @@ TEST(ConfigParse, EveryTypeErrorNamesKeyValueAndExpectation) {
       {"mlp_activation=relu", "mlp_activation: bad value 'relu' (expected one of silu|gelu)"},
       {"moe_permute_kernel=xla", "moe_permute_kernel: bad value 'xla' (expected one of reference|fused)"},
       {"moe_combine_kernel=tc", "moe_combine_kernel: bad value 'tc' (expected one of reference|fused)"},
+      {"ep_all_to_all=2d", "ep_all_to_all: bad value '2d' (expected one of flat|hierarchical|auto)"},
   };
   for (const auto& [override, message] : cases) {
     auto p = problems_of(kBase, {override});
@@ -207,6 +208,8 @@ TEST(ConfigRules, EachRuleNamesItsKey) {
       {{"ragged_buffer_factor=2"}, "When expert_parallelism is 1, ragged_buffer_factor must be -1 (got 2)"},
       {{"expert_parallelism=2", "ragged_buffer_factor=0"}, "ragged_buffer_factor must be -1 or > 0 (got 0)"},
       {{"num_moe_token_chunks=0"}, "num_moe_token_chunks must be >= 1 (got 0)"},
+      {{"expert_parallelism=2", "use_ring_of_experts=true", "ep_all_to_all=hierarchical"},
+       "ep_all_to_all=hierarchical needs the all-to-all, which use_ring_of_experts=true replaces"},
       {{"collective_timeout_s=-1"}, "collective_timeout_s must be finite and >= 0 (got -1)"},
       {{"collective_timeout_s=inf"}, "collective_timeout_s must be finite and >= 0 (got inf)"},
       {{"collective_liveness_s=-2"}, "collective_liveness_s must be finite and >= 0 (got -2)"},
@@ -226,6 +229,8 @@ TEST(ConfigRules, EachRuleNamesItsKey) {
   EXPECT_TRUE(problems_of(kBase, {"checkpoint_period=5", "checkpoint_dir=/tmp/ck"}).empty());
   EXPECT_TRUE(problems_of(kBase, {"capacity_factor=1.5", "grad_clip=0"}).empty());
   EXPECT_TRUE(problems_of(kBase, {"collective_timeout_s=0"}).empty());  // 0: the watchdog is off
+  EXPECT_TRUE(problems_of(kBase, {"expert_parallelism=2", "use_ring_of_experts=true", "ep_all_to_all=auto"}).empty());
+  EXPECT_TRUE(problems_of(kBase, {"ep_all_to_all=hierarchical"}).empty());  // one expert rank: the flat exchange
   EXPECT_TRUE(problems_of(kBase, {"collective_timeout_s=2.5"}).empty());
 }
 
