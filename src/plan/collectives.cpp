@@ -39,13 +39,13 @@ Cost all_to_all(A2AAlgo algo, const Group& g, double n, const Link& intra, const
     c.beta_s = n * (pl - 1) / P / intra.bw_Bps + (P > pl ? n * (P - pl) / P / inter_bw(g, inter) : 0);
     return synced(c, g, intra, inter);
   }
-  // Hierarchical: (1) intra exchange so each local rank holds its share of the host's data for
-  // ceil((h-1)/p_local) destination hosts, (2) one aggregated message per host pair (p_local·n/h
-  // bytes), (3) intra redistribution. The host sends p_local·n(h-1)/h bytes through its NIC.
-  //   α: 2(p_local-1)·α_intra + ceil((h-1)/p_local)·α_inter
-  //   β: 2·n(p_local-1)/p_local / β_intra + n(h-1)/h / (β_inter/sharing)
-  c.alpha_s = 2 * (pl - 1) * intra.lat_s + std::ceil((h - 1) / pl) * inter.lat_s;
-  c.beta_s = 2 * n * (pl - 1) / pl / intra.bw_Bps + n * (h - 1) / h / inter_bw(g, inter);
+  // Hierarchical, as src/comm/hier_a2a.h runs it (Tutel's 2DH): (1) an exchange inside the host,
+  // after which local rank l holds every row of its host bound for lane l of any host; (2) an
+  // exchange on each lane (one rank per host): h-1 messages, each carrying p_local ranks' rows.
+  //   α: (p_local-1)·α_intra + (h-1)·α_inter
+  //   β: n(p_local-1)/p_local / β_intra + n(h-1)/h / (β_inter/sharing)
+  c.alpha_s = (pl - 1) * intra.lat_s + (h - 1) * inter.lat_s;
+  c.beta_s = n * (pl - 1) / pl / intra.bw_Bps + n * (h - 1) / h / inter_bw(g, inter);
   return synced(c, g, intra, inter);
 }
 
