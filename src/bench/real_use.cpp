@@ -52,9 +52,10 @@ class PhaseMeter {
     row.peak_rss_mib = peak_rss_mib();
     row.rss_mib = rss_mib();
     row.alloc_hits = a1.hits - a0_.hits;
-    row.alloc_grown = a1.grown - a0_.grown;
+    row.alloc_partial = a1.partial - a0_.partial;
     row.alloc_misses = a1.misses - a0_.misses;
     row.alloc_evictions = a1.evictions - a0_.evictions;
+    row.alloc_fresh_mib_per_step = double(a1.fresh_bytes - a0_.fresh_bytes) / kMiB / std::max<double>(row.steps, 1);
     row.alloc_cached_mib = double(a1.cached_bytes) / kMiB;
   }
 
@@ -301,8 +302,9 @@ RealUseRow fresh_process_row(const Case& c, const RealUseOptions& o) {
   row.step_ms_median = r["step_ms_median"], row.user_s = r["user_s"], row.sys_s = r["sys_s"];
   row.sys_share = r["sys_share"], row.minflt_per_step = r["minflt_per_step"];
   row.peak_rss_mib = r["peak_rss_mib"], row.rss_mib = r["rss_mib"];
-  row.alloc_hits = r["alloc_hits"], row.alloc_grown = r["alloc_grown"], row.alloc_misses = r["alloc_misses"];
+  row.alloc_hits = r["alloc_hits"], row.alloc_partial = r["alloc_partial"], row.alloc_misses = r["alloc_misses"];
   row.alloc_evictions = r["alloc_evictions"], row.alloc_cached_mib = r["alloc_cached_mib"];
+  row.alloc_fresh_mib_per_step = r["alloc_fresh_mib_per_step"];
   return row;
 }
 
@@ -378,18 +380,19 @@ std::string format_real_use(const RealUseReport& rep) {
   std::ostringstream os;
   char buf[512];
   os << "scenario: " << rep.scenario << "; allocator: " << rep.allocator << "\n";
-  std::snprintf(buf, sizeof buf, "%-14s %-14s %-11s %5s %9s %9s %7s %9s %9s %9s %s\n", "case", "phase", "T",
-                "steps", "GFLOP/s", "step ms", "sys %", "flt/step", "peak MiB", "RSS MiB",
-                "hit/grow/miss/evict");
+  std::snprintf(buf, sizeof buf, "%-14s %-14s %-11s %5s %9s %9s %7s %9s %9s %9s %10s %s\n", "case", "phase", "T",
+                "steps", "GFLOP/s", "step ms", "sys %", "flt/step", "peak MiB", "RSS MiB", "fresh MiB/st",
+                "hit/part/miss/evict");
   os << buf;
   for (const RealUseRow& r : rep.rows) {
     std::string t = r.T_min == r.T_max ? std::to_string(r.T_min)
                                        : std::to_string(r.T_min) + ".." + std::to_string(r.T_max);
-    std::string hme = std::to_string(r.alloc_hits) + "/" + std::to_string(r.alloc_grown) + "/" +
+    std::string hme = std::to_string(r.alloc_hits) + "/" + std::to_string(r.alloc_partial) + "/" +
                       std::to_string(r.alloc_misses) + "/" + std::to_string(r.alloc_evictions);
-    std::snprintf(buf, sizeof buf, "%-14s %-14s %-11s %5d %9.1f %9.1f %7.2f %9.0f %9.0f %9.0f %s\n",
+    std::snprintf(buf, sizeof buf, "%-14s %-14s %-11s %5d %9.1f %9.1f %7.2f %9.0f %9.0f %9.0f %10.1f %s\n",
                   r.case_name.c_str(), r.phase.c_str(), t.c_str(), r.steps, r.gflops, r.step_ms_median,
-                  100.0 * r.sys_share, r.minflt_per_step, r.peak_rss_mib, r.rss_mib, hme.c_str());
+                  100.0 * r.sys_share, r.minflt_per_step, r.peak_rss_mib, r.rss_mib, r.alloc_fresh_mib_per_step,
+                  hme.c_str());
     os << buf;
   }
   for (const RealUseSummary& s : rep.summary) {
@@ -427,9 +430,10 @@ std::string real_use_json(const RealUseReport& rep) {
                          {"peak_rss_mib", r.peak_rss_mib},
                          {"rss_mib", r.rss_mib},
                          {"alloc_hits", r.alloc_hits},
-                         {"alloc_grown", r.alloc_grown},
+                         {"alloc_partial", r.alloc_partial},
                          {"alloc_misses", r.alloc_misses},
                          {"alloc_evictions", r.alloc_evictions},
+                         {"alloc_fresh_mib_per_step", r.alloc_fresh_mib_per_step},
                          {"alloc_cached_mib", r.alloc_cached_mib}});
   }
   j["summary"] = nlohmann::ordered_json::array();

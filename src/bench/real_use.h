@@ -47,8 +47,9 @@ struct RealUseRow {
   double minflt_per_step = 0;
   double peak_rss_mib = 0;  // VmHWM at the end of the phase (process-wide, monotone)
   double rss_mib = 0;       // VmRSS at the end of the phase
-  uint64_t alloc_hits = 0, alloc_grown = 0, alloc_misses = 0, alloc_evictions = 0;  // during the phase
-  double alloc_cached_mib = 0;                                                      // at its end
+  uint64_t alloc_hits = 0, alloc_partial = 0, alloc_misses = 0, alloc_evictions = 0;  // during the phase
+  double alloc_fresh_mib_per_step = 0;  // large-block bytes handed out that were not resident, per step
+  double alloc_cached_mib = 0;          // at its end
 };
 
 // Targets (docs/benchmarks.md): changing-T >= 0.90 x fixed-T rate; system time

@@ -42,7 +42,7 @@ TEST(RealUse, ChangingTRunsAFixedThenAChangingPhase) {
   nlohmann::json j = nlohmann::json::parse(real_use_json(r));
   EXPECT_EQ(j["scenario"], "changing-t");
   for (const char* key : {"gflops", "sys_share", "minflt_per_step", "peak_rss_mib", "rss_mib", "alloc_hits",
-                          "alloc_grown", "alloc_misses", "alloc_evictions"})
+                          "alloc_partial", "alloc_misses", "alloc_evictions"})
     EXPECT_TRUE(j["rows"][1].contains(key)) << key;
   EXPECT_NE(format_real_use(r).find("changing-t"), std::string::npos);
 }
