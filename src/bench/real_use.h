@@ -4,8 +4,8 @@
 //  - changing-t: `steps` fwd+bwd steps at the case's T, then `steps` steps whose
 //    T is drawn every step from [0.75 T, 1.25 T] (a fresh input each step), then
 //    a few steps at 1.25 T in a fresh process (the RSS baseline: --alone);
-//  - sequential: the cases one after another in this process, then each case
-//    alone in a fresh process (this program re-executed with --alone);
+//  - sequential: the cases one after another in this process, each followed by
+//    the same case alone in a fresh process (this program re-executed with --alone);
 //  - accumulate: plain steps, then training steps that keep f32 gradient
 //    accumulators over 2 micro-batches and apply an SGD update (both phases
 //    with f32 master weights cast to the compute dtype every step).
