@@ -18,7 +18,8 @@
 //    quarter of physical memory), and whenever a request needs fresh pages, at
 //    most what keeps live + cached within kFootprintSlack of the high-water mark
 //    of live bytes. Resident free pages are given back with madvise(DONTNEED),
-//    least recently freed first; their address range stays in the arena. A
+//    from the top of the arena down (placement looks low first, so the arena
+//    stays compact at its bottom); their address range stays reserved. A
 //    request that needs fresh pages when the machine's available memory
 //    (MemAvailable) is short gives the whole cache back first.
 //  - Where the arena cannot be reserved or is full, a block is its own mapping,
