@@ -7,8 +7,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <iterator>
+#include <algorithm>
 #include <map>
 #include <mutex>
+#include <set>
 #include <unordered_map>
 
 #include "moe/error.h"
@@ -99,69 +101,240 @@ size_t cap_from_env() {
   return size_t(mib) << 20;
 }
 
-// The bytes a block of class `cls` maps: whole pages, or whole huge pages.
+// The bytes a block of class `cls` takes: whole pages, or whole huge pages.
 size_t mapped_size(size_t cls) {
   return cls >= kHugeBytes ? round_up(cls, kHugePage) : round_up(cls, page_size());
 }
 
-void* map_block(size_t bytes) {
-  if (bytes < kHugeBytes) {
-    void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    return p == MAP_FAILED ? nullptr : p;
-  }
-  // Over-map by a huge page and cut the ends off so the block is 2 MiB aligned.
-  size_t over = bytes + kHugePage;
-  void* raw = mmap(nullptr, over, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (raw == MAP_FAILED) return nullptr;
-  uintptr_t base = reinterpret_cast<uintptr_t>(raw);
-  uintptr_t aligned = round_up(base, kHugePage);
-  if (aligned > base) munmap(raw, aligned - base);
-  size_t tail = base + over - (aligned + bytes);
-  if (tail) munmap(reinterpret_cast<void*>(aligned + bytes), tail);
-  void* p = reinterpret_cast<void*>(aligned);
-#ifdef MADV_HUGEPAGE
-  madvise(p, bytes, MADV_HUGEPAGE);  // advice only: without THP the block still works
-#endif
-  return p;
+// Where a block of `bytes` may start: huge blocks on a huge page.
+size_t placement_align(size_t bytes) { return bytes >= kHugeBytes ? kHugePage : page_size(); }
+
+// A block outside the arena (no arena, or the arena full): its own mapping.
+void* map_own(size_t bytes) {
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  return p == MAP_FAILED ? nullptr : p;
 }
 
-struct CachedBlock {
-  void* p;
-  size_t bytes;
-  std::multimap<size_t, uint64_t>::iterator by_size;
+// The arena's size: physical memory (live tensors beyond it would not fit
+// anyway; more goes to own mappings), smaller under TSan, whose shadow of a
+// reservation is not free.
+size_t arena_target() {
+#if defined(__SANITIZE_THREAD__)
+  return std::min(physical_bytes(), size_t(4) << 30);
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+  return std::min(physical_bytes(), size_t(4) << 30);
+#endif
+#endif
+  return physical_bytes();
+}
+
+struct LiveBlock {
+  size_t len;
+  bool in_arena;
+};
+
+// A placement for a request: where, and how many of its bytes are resident.
+struct Choice {
+  uintptr_t at = 0;
+  size_t covered = 0;
+  bool ok = false;
 };
 
 struct Pool {
   std::mutex mu;
-  size_t cap = cap_from_env();               // GUARDED_BY(mu)
-  std::unordered_map<void*, size_t> live;    // GUARDED_BY(mu) block -> mapped bytes
-  std::multimap<size_t, uint64_t> by_size;   // GUARDED_BY(mu) mapped bytes -> stamp
-  std::map<uint64_t, CachedBlock> by_stamp;  // GUARDED_BY(mu) oldest release first
-  uint64_t next_stamp = 0;                   // GUARDED_BY(mu)
-  Stats s{};                                 // GUARDED_BY(mu)
+  size_t cap = cap_from_env();                      // GUARDED_BY(mu)
+  uintptr_t base = 0, end = 0;                      // GUARDED_BY(mu) the arena, once reserved
+  bool reserve_tried = false;                       // GUARDED_BY(mu)
+  std::map<uintptr_t, size_t> free_spans;           // GUARDED_BY(mu) start -> length, coalesced
+  std::set<std::pair<size_t, uintptr_t>> by_size;   // GUARDED_BY(mu) (length, start) of free_spans
+  std::map<uintptr_t, size_t> resident;             // GUARDED_BY(mu) resident parts of free spans, coalesced
+  std::unordered_map<uintptr_t, LiveBlock> live;    // GUARDED_BY(mu)
+  Stats s{};                                        // GUARDED_BY(mu)
 
-  void evict(std::map<uint64_t, CachedBlock>::iterator it) {
-    CachedBlock b = it->second;
-    by_size.erase(b.by_size);
-    by_stamp.erase(it);
-    s.cached_bytes -= b.bytes;
-    --s.cached_blocks;
-    ++s.evictions;
-    unpoison(b.p, b.bytes);
-    munmap(b.p, b.bytes);
+  // Reserves the arena on first use: halves the size until the kernel agrees
+  // (strict overcommit counts a reservation), down to 1 GiB, else none.
+  void reserve() {
+    reserve_tried = true;
+    for (size_t n = round_up(arena_target(), kHugePage); n >= (size_t(1) << 30); n /= 2) {
+      n = round_up(n, kHugePage);
+      void* raw = mmap(nullptr, n + kHugePage, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+      if (raw == MAP_FAILED) continue;
+      // Cut the ends off so the arena is 2 MiB aligned.
+      const uintptr_t r = reinterpret_cast<uintptr_t>(raw);
+      const uintptr_t a = round_up(r, kHugePage);
+      if (a > r) munmap(raw, a - r);
+      if (r + kHugePage > a) munmap(reinterpret_cast<void*>(a + n), r + kHugePage - a);
+#ifdef MADV_HUGEPAGE
+      madvise(reinterpret_cast<void*>(a), n, MADV_HUGEPAGE);  // advice only: without THP it still works
+#endif
+      base = a, end = a + n;
+      s.arena_bytes = n;
+      add_free(a, n);
+      return;
+    }
   }
-  size_t evict_oldest_while(size_t keep_at_most_cached) {
+
+  void add_free(uintptr_t a, size_t n) {
+    auto next = free_spans.lower_bound(a);
+    if (next != free_spans.end() && a + n == next->first) {
+      n += next->second;
+      by_size.erase({next->second, next->first});
+      next = free_spans.erase(next);
+    }
+    if (next != free_spans.begin()) {
+      auto prev = std::prev(next);
+      if (prev->first + prev->second == a) {
+        by_size.erase({prev->second, prev->first});
+        a = prev->first, n += prev->second;
+        free_spans.erase(prev);
+      }
+    }
+    free_spans.emplace(a, n);
+    by_size.emplace(n, a);
+  }
+  // REQUIRES: [a, a + n) lies inside one free span.
+  void take_free(uintptr_t a, size_t n) {
+    auto it = std::prev(free_spans.upper_bound(a));
+    const uintptr_t s0 = it->first, e0 = it->first + it->second;
+    MOE_ASSERT(s0 <= a && a + n <= e0, "allocator: a placement outside its free span");
+    by_size.erase({it->second, s0});
+    free_spans.erase(it);
+    if (a > s0) free_spans.emplace(s0, a - s0), by_size.emplace(a - s0, s0);
+    if (e0 > a + n) free_spans.emplace(a + n, e0 - a - n), by_size.emplace(e0 - a - n, a + n);
+  }
+
+  void add_resident(uintptr_t a, size_t n) {
+    auto next = resident.lower_bound(a);
+    if (next != resident.end() && a + n == next->first) {
+      n += next->second;
+      next = resident.erase(next);
+      --s.cached_blocks;
+    }
+    if (next != resident.begin()) {
+      auto prev = std::prev(next);
+      if (prev->first + prev->second == a) {
+        a = prev->first, n += prev->second;
+        resident.erase(prev);
+        --s.cached_blocks;
+      }
+    }
+    resident.emplace(a, n);
+    ++s.cached_blocks;
+  }
+  // Resident bytes in [a, a + n).
+  size_t covered(uintptr_t a, size_t n) const {
+    size_t c = 0;
+    auto it = resident.upper_bound(a);
+    if (it != resident.begin()) --it;
+    for (; it != resident.end() && it->first < a + n; ++it) {
+      const uintptr_t lo = std::max(a, it->first), hi = std::min(a + n, it->first + it->second);
+      if (hi > lo) c += hi - lo;
+    }
+    return c;
+  }
+  // Removes [a, a + n) from the resident extents (it is being handed out);
+  // returns the resident bytes it covered.
+  size_t take_resident(uintptr_t a, size_t n) {
+    size_t c = 0;
+    auto it = resident.upper_bound(a);
+    if (it != resident.begin()) --it;
+    while (it != resident.end() && it->first < a + n) {
+      const uintptr_t s0 = it->first, e0 = it->first + it->second;
+      if (e0 <= a) {
+        ++it;
+        continue;
+      }
+      c += std::min(a + n, e0) - std::max(a, s0);
+      it = resident.erase(it);
+      --s.cached_blocks;
+      if (s0 < a) resident.emplace(s0, a - s0), ++s.cached_blocks;
+      if (e0 > a + n) {
+        resident.emplace(a + n, e0 - a - n);
+        ++s.cached_blocks;
+        break;
+      }
+    }
+    s.cached_bytes -= c;
+    return c;
+  }
+
+  // Gives back resident free pages from the top of the arena down (it stays
+  // compact at its bottom, where placement looks first; cut on a huge page
+  // where it can be), until at most `keep_at_most_cached` bytes stay. Returns
+  // the bytes given back.
+  size_t evict_highest_while(size_t keep_at_most_cached) {
     size_t freed = 0;
-    while (s.cached_bytes > keep_at_most_cached && !by_stamp.empty()) {
-      freed += by_stamp.begin()->second.bytes;
-      evict(by_stamp.begin());
+    while (s.cached_bytes > keep_at_most_cached && !resident.empty()) {
+      auto top = std::prev(resident.end());
+      const uintptr_t s0 = top->first, e0 = s0 + top->second;
+      const size_t need = s.cached_bytes - keep_at_most_cached;
+      uintptr_t cut = need >= e0 - s0 ? s0 : (e0 - need) / kHugePage * kHugePage;
+      if (cut < s0) cut = s0;
+      unpoison(reinterpret_cast<void*>(cut), e0 - cut);
+      madvise(reinterpret_cast<void*>(cut), e0 - cut, MADV_DONTNEED);
+      poison(reinterpret_cast<void*>(cut), e0 - cut);
+      ++s.evictions;
+      s.evicted_bytes += e0 - cut;
+      s.cached_bytes -= e0 - cut;
+      freed += e0 - cut;
+      if (cut == s0) {
+        resident.erase(top);
+        --s.cached_blocks;
+      } else {
+        top->second = cut - s0;
+      }
     }
     return freed;
   }
-  void note_live(void* p, size_t bytes) {
-    live.emplace(p, bytes);
+
+  void consider(Choice& best, uintptr_t span, size_t span_len, uintptr_t at, size_t want) const {
+    if (at < span || at + want > span + span_len) return;
+    const size_t c = covered(at, want);
+    if (!best.ok || c > best.covered || (c == best.covered && at < best.at)) best = Choice{at, c, true};
+  }
+  // The placement for `want` bytes: the one covering the most resident bytes,
+  // then the lowest (address-ordered first fit keeps the arena compact).
+  // Candidates: each resident extent's start and end, and the lowest free span
+  // that holds the request.
+  Choice choose(size_t want) const {
+    const size_t al = placement_align(want);
+    Choice best;
+    for (const auto& [r, len] : resident) {
+      auto sp = std::prev(free_spans.upper_bound(r));
+      if (sp->second < want) continue;
+      consider(best, sp->first, sp->second, round_up(r, al), want);
+      if (r + len >= want) consider(best, sp->first, sp->second, (r + len - want) / al * al, want);
+    }
+    for (const auto& [span, span_len] : free_spans) {
+      const uintptr_t at = round_up(span, al);
+      if (at + want > span + span_len) continue;
+      consider(best, span, span_len, at, want);
+      break;
+    }
+    return best;
+  }
+
+  void note_live(uintptr_t p, size_t bytes, bool in_arena) {
+    live.emplace(p, LiveBlock{bytes, in_arena});
     s.live_bytes += bytes;
     if (s.live_bytes > s.live_peak) s.live_peak = s.live_bytes;
+  }
+
+  // Before handing out `fresh` bytes that are not resident: keep live +
+  // cached + the new block within the slack of the live high-water mark
+  // (shapes that drift must not grow the footprint), and give the cache back
+  // when the machine is short of memory.
+  void bound_footprint(size_t want, size_t fresh) {
+    const size_t hw = std::max(s.live_peak, s.live_bytes + want);
+    const size_t footprint = hw + size_t(double(hw) * kFootprintSlack);
+    evict_highest_while(footprint - (s.live_bytes + want));
+    if (s.cached_bytes > 0) {
+      const size_t reserve = std::max(physical_bytes() / 32, size_t(256) << 20);
+      const size_t avail = available_bytes();
+      if (avail != SIZE_MAX && avail < fresh + reserve) evict_highest_while(0);
+    }
   }
 };
 
@@ -176,71 +349,34 @@ void* acquire_large(Pool& pl, size_t bytes, bool& ours) {
   std::lock_guard<std::mutex> lk(pl.mu);
   ours = pl.cap != 0;
   if (!ours) return nullptr;
-  // Best fit: the smallest cached block that holds the class, if not too large.
-  auto it = pl.by_size.lower_bound(want);
-  if (it != pl.by_size.end() && double(it->first) <= kMaxReuseRatio * double(want)) {
-    auto st = pl.by_stamp.find(it->second);
-    CachedBlock b = st->second;
-    pl.by_size.erase(it);
-    pl.by_stamp.erase(st);
-    pl.s.cached_bytes -= b.bytes;
-    --pl.s.cached_blocks;
-    ++pl.s.hits;
-    pl.note_live(b.p, b.bytes);
-    return hand_out(b.p, bytes, b.bytes);
-  }
-  // No cached block fits. The largest cached block smaller than the class, if
-  // at least half of it, is grown in place or moved by mremap: its pages stay
-  // (no fresh faults for them), only the difference is new. Under T that
-  // drifts upwards this is the previous step's block of the same tensor.
-  void* grown = nullptr;
-  if (it != pl.by_size.begin()) {
-    auto below = std::prev(it);
-    if (2 * below->first >= want) {
-      auto st = pl.by_stamp.find(below->second);
-      CachedBlock b = st->second;
-      pl.by_size.erase(below);
-      pl.by_stamp.erase(st);
-      pl.s.cached_bytes -= b.bytes;
-      --pl.s.cached_blocks;
-      unpoison(b.p, b.bytes);
-      void* q = mremap(b.p, b.bytes, want, MREMAP_MAYMOVE);
-      if (q == MAP_FAILED) {
-        munmap(b.p, b.bytes);
-        ++pl.s.evictions;
-      } else {
-        grown = q;
-#ifdef MADV_HUGEPAGE
-        if (want >= kHugeBytes) madvise(q, want, MADV_HUGEPAGE);
-#endif
-      }
+  if (!pl.reserve_tried) pl.reserve();
+  const Choice c = pl.choose(want);
+  if (c.ok) {
+    const size_t fresh = want - c.covered;
+    pl.take_free(c.at, want);
+    pl.take_resident(c.at, want);
+    if (fresh == 0) {
+      ++pl.s.hits;
+    } else {
+      pl.bound_footprint(want, fresh);
+      ++(c.covered ? pl.s.partial : pl.s.misses);
+      pl.s.fresh_bytes += fresh;
     }
+    pl.note_live(c.at, want, true);
+    return hand_out(reinterpret_cast<void*>(c.at), bytes, want);
   }
-  // Keep live + cached + the new block within the slack of the live
-  // high-water mark (shapes that drift must not grow the footprint forever),
-  // and give the cache back when the machine is short of memory.
-  const size_t hw = std::max(pl.s.live_peak, pl.s.live_bytes + want);
-  const size_t footprint = hw + size_t(double(hw) * kFootprintSlack);
-  const size_t room = footprint - (pl.s.live_bytes + want);
-  pl.evict_oldest_while(room);
-  if (pl.s.cached_bytes > 0) {
-    const size_t reserve = std::max(physical_bytes() / 32, size_t(256) << 20);
-    const size_t avail = available_bytes();
-    if (avail != SIZE_MAX && avail < want + reserve) pl.evict_oldest_while(0);
-  }
-  if (grown) {
-    ++pl.s.grown;
-    pl.note_live(grown, want);
-    return hand_out(grown, bytes, want);
-  }
-  void* p = map_block(want);
+  // No arena, or no free span holds the request: a mapping of its own.
+  pl.bound_footprint(want, want);
+  void* p = map_own(want);
   if (!p && pl.s.cached_bytes > 0) {
-    pl.evict_oldest_while(0);
-    p = map_block(want);
+    pl.evict_highest_while(0);
+    p = map_own(want);
   }
   if (!p) return nullptr;
   ++pl.s.misses;
-  pl.note_live(p, want);
+  ++pl.s.own_mappings;
+  pl.s.fresh_bytes += want;
+  pl.note_live(reinterpret_cast<uintptr_t>(p), want, false);
   return hand_out(p, bytes, want);
 }
 
@@ -267,23 +403,23 @@ void release(void* p, size_t bytes) {
   if (bytes >= kLargeBytes) {
     Pool& pl = pool();
     std::lock_guard<std::mutex> lk(pl.mu);
-    auto it = pl.live.find(p);
+    auto it = pl.live.find(reinterpret_cast<uintptr_t>(p));
     if (it != pl.live.end()) {
-      const size_t mapped = it->second;
+      const LiveBlock b = it->second;
       pl.live.erase(it);
-      pl.s.live_bytes -= mapped;
-      if (mapped > pl.cap) {
-        munmap(p, mapped);
-        ++pl.s.evictions;
+      pl.s.live_bytes -= b.len;
+      if (!b.in_arena) {
+        unpoison(p, b.len);
+        munmap(p, b.len);
         return;
       }
-      pl.evict_oldest_while(pl.cap - mapped);
-      const uint64_t stamp = pl.next_stamp++;
-      auto bs = pl.by_size.emplace(mapped, stamp);
-      pl.by_stamp.emplace(stamp, CachedBlock{p, mapped, bs});
-      pl.s.cached_bytes += mapped;
-      ++pl.s.cached_blocks;
-      poison(p, mapped);
+      // Its pages stay resident; beyond the cap the highest are given back.
+      poison(p, b.len);
+      const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+      pl.add_free(a, b.len);
+      pl.add_resident(a, b.len);
+      pl.s.cached_bytes += b.len;
+      pl.evict_highest_while(pl.cap);
       return;
     }
   }
@@ -301,7 +437,7 @@ Stats stats() {
 size_t release_cached() {
   Pool& pl = pool();
   std::lock_guard<std::mutex> lk(pl.mu);
-  return pl.evict_oldest_while(0);
+  return pl.evict_highest_while(0);
 }
 
 size_t set_cap_for_testing(size_t cap_bytes) {
@@ -309,7 +445,7 @@ size_t set_cap_for_testing(size_t cap_bytes) {
   std::lock_guard<std::mutex> lk(pl.mu);
   size_t old = pl.cap;
   pl.cap = cap_bytes;
-  pl.evict_oldest_while(cap_bytes);
+  pl.evict_highest_while(cap_bytes);
   pl.s.live_peak = pl.s.live_bytes;
   return old;
 }

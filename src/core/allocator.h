@@ -1,21 +1,29 @@
 // The tensor allocator (docs/architecture.md §7). Small blocks (< kLargeBytes)
 // come from the C library's aligned_alloc. Large blocks are the engine's own:
-//  - mapped with mmap (so they never mix with another allocator's memory: a
-//    tensor handed to torch through DLPack may be released on any thread, by
-//    whatever allocator the interpreter runs, and still comes back here);
+//  - carved out of one arena: a range of address space reserved once with mmap
+//    (MAP_NORESERVE, so only the pages touched count), 2 MiB aligned and
+//    madvise(MADV_HUGEPAGE)d. The arena never mixes with another allocator's
+//    memory: a tensor handed to torch through DLPack may be released on any
+//    thread, by whatever allocator the interpreter runs, and still comes back;
 //  - rounded up to size classes (16 per power of two, >= 64 KiB steps), so
-//    shapes that change a little map to the same few sizes;
-//  - blocks of >= kHugeBytes are 2 MiB aligned and madvise(MADV_HUGEPAGE)d:
-//    one fault per 2 MiB instead of per 4 KiB when THP is `madvise`;
-//  - freed blocks stay in a cache and serve the next request of the same or a
-//    somewhat smaller size (best fit, at most kMaxReuseRatio times the class);
-//    a request no cached block holds grows the largest smaller one (at least
-//    half its size) with mremap, keeping its pages, before mapping afresh;
+//    shapes that change a little map to the same few sizes; blocks of
+//    >= kHugeBytes start on a 2 MiB boundary (one fault per huge page);
+//  - a request is carved out of a free span (block splitting) and a released
+//    block merges with its free neighbours (coalescing), so a step whose T grew
+//    takes the previous step's pages, and a smaller T takes part of them;
+//  - freed pages stay resident (the cache). The placement chosen for a request
+//    is the one that covers the most resident free bytes (then the tightest
+//    fit), so pages that are already faulted in are used before fresh ones;
 //  - the cache is bounded: at most the cap (MOE_ALLOC_CACHE_MIB, default a
-//    quarter of physical memory), and on a miss at most what keeps live + cached
-//    within kFootprintSlack of the high-water mark of live bytes; the least
-//    recently freed blocks are unmapped first. A miss when the machine's
-//    available memory (MemAvailable) is short unmaps the whole cache first.
+//    quarter of physical memory), and whenever a request needs fresh pages, at
+//    most what keeps live + cached within kFootprintSlack of the high-water mark
+//    of live bytes. Resident free pages are given back with madvise(DONTNEED),
+//    from the top of the arena down (placement looks low first, so the arena
+//    stays compact at its bottom); their address range stays reserved. A
+//    request that needs fresh pages when the machine's available memory
+//    (MemAvailable) is short gives the whole cache back first.
+//  - Where the arena cannot be reserved or is full, a block is its own mapping,
+//    unmapped when released (not cached).
 // MOE_ALLOC_CACHE_MIB is a whole number of MiB (anything else fails the first
 // large allocation with an error naming it); 0 turns the large path off: every
 // block comes from the C library's allocator (a preloaded tcmalloc or jemalloc
@@ -32,8 +40,7 @@ namespace moe::alloc {
 inline constexpr size_t kLargeBytes = size_t(1) << 20;
 inline constexpr size_t kHugeBytes = size_t(16) << 20;
 inline constexpr size_t kHugePage = size_t(2) << 20;
-inline constexpr double kMaxReuseRatio = 2.0;
-inline constexpr double kFootprintSlack = 0.125;
+inline constexpr double kFootprintSlack = 0.25;
 
 // `bytes` is a multiple of `align` (<= 4096). Returns nullptr when out of memory.
 void* acquire(size_t bytes, size_t align);
@@ -41,19 +48,23 @@ void* acquire(size_t bytes, size_t align);
 void release(void* p, size_t bytes);
 
 struct Stats {
-  size_t cap_bytes = 0;     // bound on cached_bytes (0: the large path is off)
-  size_t live_bytes = 0;    // mapped bytes of large blocks in use
-  size_t live_peak = 0;     // high-water mark of live_bytes
-  size_t cached_bytes = 0;  // mapped bytes of large blocks kept for reuse
-  size_t cached_blocks = 0;
-  uint64_t hits = 0;       // large requests served from the cache
-  uint64_t grown = 0;      // large requests served by growing a smaller cached block (mremap)
-  uint64_t misses = 0;     // large requests that mapped a fresh block
-  uint64_t evictions = 0;  // cached blocks unmapped (cap, footprint, memory pressure, release_cached)
+  size_t cap_bytes = 0;      // bound on cached_bytes (0: the large path is off)
+  size_t arena_bytes = 0;    // address space reserved for large blocks (0: none)
+  size_t live_bytes = 0;     // bytes of large blocks in use (their size classes)
+  size_t live_peak = 0;      // high-water mark of live_bytes
+  size_t cached_bytes = 0;   // resident bytes of free arena spans, kept for reuse
+  size_t cached_blocks = 0;  // resident free extents (after coalescing)
+  uint64_t hits = 0;         // large requests served wholly from resident free pages
+  uint64_t partial = 0;      // ... partly from resident pages, partly from fresh ones
+  uint64_t misses = 0;       // ... wholly from fresh pages (or a mapping of their own)
+  uint64_t evictions = 0;    // madvise(DONTNEED) calls giving cached pages back
+  uint64_t fresh_bytes = 0;  // bytes handed out that were not resident (faulted in on first touch)
+  uint64_t evicted_bytes = 0;  // bytes given back by those calls
+  uint64_t own_mappings = 0;   // blocks mapped on their own (no arena, or the arena full)
 };
 Stats stats();
 
-// Unmaps every cached block; returns the bytes given back.
+// Gives every cached page back; returns the bytes given back.
 size_t release_cached();
 
 // Tests: replaces the cap (bytes; 0 turns the large path off for blocks

@@ -71,5 +71,26 @@ TEST(AllocatorLayer, MemoryReturnsToTheBaselineAfterALayerIsDestroyed) {
 #endif
 }
 
+// Changing T: once a step at the largest T has run, steps at other T (smaller,
+// or as large again) are served from the cache's resident pages: no fresh
+// pages beyond a small remainder, and the footprint stays within the bound.
+TEST(AllocatorLayer, StepsUpToTheLargestTReuseResidentPages) {
+  alloc::release_cached();
+  run_layer({640}, alloc::stats());  // the largest T: its blocks are cached
+  const alloc::Stats a0 = alloc::stats();
+  run_layer({512, 384, 600, 448, 576, 400, 640, 480, 520, 416, 608, 392}, a0);
+  const alloc::Stats a1 = alloc::stats();
+  const uint64_t fresh = a1.fresh_bytes - a0.fresh_bytes;
+  const uint64_t hits = a1.hits - a0.hits, others = a1.partial - a0.partial + a1.misses - a0.misses;
+  std::printf("12 steps: %llu hits, %llu partial or missed, %.1f MiB fresh, %.1f MiB cached, live peak %.1f MiB\n",
+              (unsigned long long)hits, (unsigned long long)others, double(fresh) / (1 << 20),
+              double(a1.cached_bytes) / (1 << 20), double(a1.live_peak) / (1 << 20));
+  EXPECT_GT(hits, 20 * others);
+  EXPECT_LE(fresh, a1.live_peak / 8) << "pages faulted in again instead of reused";
+  EXPECT_EQ(a1.live_bytes, a0.live_bytes);
+  EXPECT_LE(a1.live_bytes + a1.cached_bytes,
+            a1.live_peak + size_t(double(a1.live_peak) * alloc::kFootprintSlack));
+}
+
 }  // namespace
 }  // namespace moe

@@ -123,7 +123,7 @@ void add_bench(CLI::App& app) {
                 "Real use (docs/benchmarks.md, Real use): changing T, cases in sequence, accumulation")
       ->check(CLI::IsMember({"changing-t", "sequential", "accumulate"}));
   c->add_option("--steps", a->steps, "--scenario: timed steps per phase (default 20)");
-  c->add_flag("--alone", a->alone, "--scenario sequential: run the one --case here (the fresh-process half)");
+  c->add_flag("--alone", a->alone, "--scenario: run the one --case here at fixed T (the fresh-process half of sequential, the 1.25 T baseline of changing-t)");
   c->callback([a] { run_bench_cmd(*a); });
 }
 
