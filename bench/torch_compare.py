@@ -23,6 +23,12 @@ below (their expert shapes from the published config.json; T chosen to run on 2 
 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE PYTHONPATH=build/python /usr/bin/python3 \\
         bench/torch_compare.py --json out/torch_compare.json
+
+PyTorch at its best on a CPU also means a caching malloc: with glibc's, every large tensor of the
+plain blocks is a fresh mapping faulted in on first touch (30% system time on seed-mixtral, 2.8x
+slower; docs/python_benchmarks.md). Preload tcmalloc (Debian: libtcmalloc-minimal4) or jemalloc:
+    LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4 <the command above>
+The script prints which malloc the process runs with and warns when it is glibc's.
 """
 import argparse
 import ctypes
@@ -185,7 +191,14 @@ def torch_blas():
             parts = line.split()
             if len(parts) >= 6 and re.search(r"(openblas|libblas|mkl|blis|atlas)", os.path.basename(parts[-1])):
                 libs.add(os.path.realpath(parts[-1]))
-    info = {"libraries": sorted(libs), "blas": "unknown: " + ", ".join(sorted(libs)),
+    malloc = "glibc"
+    with open("/proc/self/maps") as f:
+        for line in f:
+            m = re.search(r"lib(tcmalloc\w*|jemalloc|mimalloc)", line)
+            if m:
+                malloc = m.group(1)
+                break
+    info = {"libraries": sorted(libs), "blas": "unknown: " + ", ".join(sorted(libs)), "malloc": malloc,
             "env": {k: v for k, v in os.environ.items() if k.startswith("OPENBLAS_") or k.startswith("OMP_")}}
     for path in sorted(libs):
         if "openblas" not in path:
@@ -656,6 +669,10 @@ def main(argv=None):
     print(f"BLAS {info['blas']} core {info.get('openblas_core', '-')} ({info.get('openblas_config', '-')}); "
           f"env {info['env'] or '-'}; 2048^3 matmul f32 {info['f32_matmul_2048_gflops']} GFLOP/s, bf16 "
           f"{info['bf16_matmul_2048_gflops']} GFLOP/s", flush=True)
+    print(f"malloc {info['malloc']}", flush=True)
+    if info["malloc"] == "glibc":
+        print("  note: PyTorch runs with glibc's malloc here, not at its best on a CPU: preload tcmalloc or "
+              "jemalloc for a fair comparison (docs/python_benchmarks.md, Headline)", flush=True)
     if "threadpoolctl" in info:
         for pool in info["threadpoolctl"]:
             print(f"  threadpoolctl: {pool.get('internal_api')} {pool.get('version')} {pool.get('architecture', '')} "
