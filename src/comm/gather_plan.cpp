@@ -60,14 +60,16 @@ Tensor all_gather_dim(Communicator& comm, const Tensor& local, int dim) {
   // Reads and writes W * local.nbytes() bytes beyond the collective itself.
   DimView v = view_around(local, dim, "all_gather_dim");
   const int64_t w = comm.size();
-  std::vector<char> staging(size_t(w) * local.nbytes());
-  comm.all_gather(local.raw(), staging.data(), local.nbytes());
+  // Staging from the engine's allocator (resident pages), not a fresh mapping (see communicator.cpp).
+  Tensor staging_t = Tensor::empty(local.dtype(), {w * local.numel()});
+  auto* staging = static_cast<char*>(staging_t.raw());
+  comm.all_gather(local.raw(), staging, local.nbytes());
   Tensor out = Tensor::empty(local.dtype(), with_dim(local.shape(), dim, v.extent * w));
   const size_t chunk = size_t(v.extent * v.inner) * dtype_size(local.dtype());
   auto* dst = static_cast<char*>(out.raw());
   for (int64_t o = 0; o < v.outer; ++o)
     for (int64_t r = 0; r < w; ++r)
-      std::memcpy(dst + size_t(o * w + r) * chunk, staging.data() + size_t(r * v.outer + o) * chunk, chunk);
+      std::memcpy(dst + size_t(o * w + r) * chunk, staging + size_t(r * v.outer + o) * chunk, chunk);
   return out;
 }
 
@@ -79,14 +81,15 @@ Tensor reduce_scatter_dim(Communicator& comm, const Tensor& full, int dim) {
     fail("[reduce_scatter_dim] dim ", dim, " of ", shape_str(full.shape()), " does not divide by ", w, " ranks");
   const int64_t blk = v.extent / w;
   const size_t chunk = size_t(blk * v.inner);  // floats of one (outer, rank) piece
-  std::vector<float> staging(size_t(full.numel()));
+  Tensor staging_t = Tensor::empty(DType::f32, {full.numel()});
+  float* staging = staging_t.data<float>();
   const float* src = full.data<float>();
   for (int64_t r = 0; r < w; ++r)
     for (int64_t o = 0; o < v.outer; ++o)
-      std::memcpy(staging.data() + size_t(r * v.outer + o) * chunk, src + size_t(o * w + r) * chunk,
+      std::memcpy(staging + size_t(r * v.outer + o) * chunk, src + size_t(o * w + r) * chunk,
                   chunk * sizeof(float));
   Tensor out = Tensor::empty(DType::f32, with_dim(full.shape(), dim, blk));
-  comm.reduce_scatter_sum(staging.data(), out.data<float>(), size_t(v.outer) * chunk);
+  comm.reduce_scatter_sum(staging, out.data<float>(), size_t(v.outer) * chunk);
   return out;
 }
 
@@ -135,12 +138,13 @@ Tensor reduce_to_shard(const Mesh& mesh, const Tensor& full_grad, const ShardSpe
   const int w = comm.size();
   Tensor mine = local_shard(mesh, full_grad, spec);
   const size_t block = size_t(mine.numel());
-  std::vector<float> send(size_t(w) * block), staging(size_t(w) * block);
+  Tensor send_t = Tensor::empty(DType::f32, {int64_t(w) * int64_t(block)});
+  float* send = send_t.data<float>();
   for (int t = 0; t < w; ++t) {
     Tensor piece = shard_at(mesh.shape(), mesh.member_coords(axes, t), full_grad, spec);
-    std::memcpy(send.data() + size_t(t) * block, piece.data<float>(), block * sizeof(float));
+    std::memcpy(send + size_t(t) * block, piece.data<float>(), block * sizeof(float));
   }
-  comm.reduce_scatter_sum(send.data(), mine.data<float>(), block);
+  comm.reduce_scatter_sum(send, mine.data<float>(), block);
   return mine;
 }
 
