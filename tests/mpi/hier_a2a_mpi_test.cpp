@@ -138,8 +138,7 @@ TEST(HierA2A, DegenerateHostLayouts) {
   struct Case {
     std::string env, want;
   };
-  std::vector<Case> cases = {{"", "1 host x " + std::to_string(P) + " ranks"},
-                             {std::to_string(P), "1 host x " + std::to_string(P) + " ranks"},
+  std::vector<Case> cases = {{std::to_string(P), "1 host x " + std::to_string(P) + " ranks"},
                              {"1", std::to_string(P) + " hosts x 1 rank"}};
   if (P == 4) cases.push_back({"3", "2 hosts with 3, 1 ranks"});
   for (const Case& k : cases) {
@@ -147,6 +146,35 @@ TEST(HierA2A, DegenerateHostLayouts) {
     HierAllToAll hier(w);
     EXPECT_FALSE(hier.usable()) << "MOE_RANKS_PER_HOST='" << k.env << "'";
     EXPECT_EQ(hier.hosts().describe(), k.want) << "MOE_RANKS_PER_HOST='" << k.env << "'";
+  }
+}
+
+// Without the override the hosts are MPI's (the shared-memory split): on one
+// machine one host, not usable; on the cluster harness (tests/cluster/) its
+// real hosts, usable where they hold equal numbers of several ranks each.
+TEST(HierA2A, HostsFromMpiWithoutTheOverride) {
+  Communicator& w = world();
+  const int P = w.size();
+  HostsEnv env("");
+  std::unique_ptr<Communicator> mine = w.split_by_host(w.rank());
+  const int local = mine->size();
+  int hosts = 0;  // ranks that are the first of their host
+  {
+    const uint8_t first = mine->rank() == 0 ? 1 : 0;
+    std::vector<uint8_t> all(static_cast<size_t>(P));
+    w.all_gather(&first, all.data(), 1);
+    for (uint8_t f : all) hosts += f;
+  }
+  HierAllToAll hier(w);
+  if (hosts == 1) {
+    EXPECT_FALSE(hier.usable());
+    EXPECT_EQ(hier.hosts().describe(), "1 host x " + std::to_string(P) + " ranks");
+  } else if (hosts * local == P && local > 1) {
+    EXPECT_TRUE(hier.usable());
+    EXPECT_EQ(hier.hosts().describe(), std::to_string(hosts) + " hosts x " + std::to_string(local) + " ranks");
+  } else if (local == 1 && hosts == P) {
+    EXPECT_FALSE(hier.usable());
+    EXPECT_EQ(hier.hosts().describe(), std::to_string(P) + " hosts x 1 rank");
   }
 }
 
