@@ -72,7 +72,8 @@ int64_t send_elems(const A2ALayout& l) {
 // the kernel), where a cached block's pages are resident. Moves with a request.
 class Staging {
  public:
-  explicit Staging(size_t floats) : bytes_(std::max<size_t>(floats, 1) * sizeof(float)) {
+  // The size is rounded up to the alignment (aligned_alloc's rule for the small blocks).
+  explicit Staging(size_t floats) : bytes_((std::max<size_t>(floats, 1) * sizeof(float) + 63) / 64 * 64) {
     p_ = static_cast<float*>(alloc::acquire(bytes_, 64));
     if (!p_) fail("collective staging: out of memory for ", bytes_, " bytes");
   }
