@@ -11,14 +11,7 @@ cd "$(dirname "$0")/.."
 iters=${1:-5}
 out=${2:-out/bench_levels}
 mkdir -p "$out"
-onednn_isa() {
-  case $1 in
-    avx2) echo AVX2 ;;
-    avx512) echo AVX512_CORE ;;
-    avx512_bf16) echo AVX512_CORE_BF16 ;;
-    *) echo ALL ;;
-  esac
-}
+source scripts/levels.sh
 for level in avx2 avx512 avx512_bf16 neon neon_bf16; do
   if ! MOE_GEMM_ISA=$level build/moe --help >/dev/null 2>&1; then
     echo "== $level: skipped (this CPU or build lacks it)"

@@ -18,14 +18,7 @@ levels=("$@")
 ((${#levels[@]})) || levels=(avx2 avx512 avx512_bf16 neon neon_bf16)
 mkdir -p "$out"
 mapfile -t cases < <(build/moe bench --list | awk '/\[model\]/ {print $1}')
-onednn_isa() {
-  case $1 in
-    avx2) echo AVX2 ;;
-    avx512) echo AVX512_CORE ;;
-    avx512_bf16) echo AVX512_CORE_BF16 ;;
-    *) echo ALL ;;
-  esac
-}
+source scripts/levels.sh
 ran=()
 for level in "${levels[@]}"; do
   if ! MOE_GEMM_ISA=$level build/moe --help >/dev/null 2>&1; then
