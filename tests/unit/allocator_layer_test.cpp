@@ -11,13 +11,7 @@
 #include "core/allocator.h"
 #include "moe/layer.h"
 
-#if defined(__SANITIZE_ADDRESS__)
-#define MOE_TEST_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define MOE_TEST_ASAN 1
-#endif
-#endif
+#include "testing/asan.h"
 
 namespace moe {
 namespace {

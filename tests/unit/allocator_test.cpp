@@ -17,13 +17,7 @@
 
 #include "moe/tensor.h"
 
-#if defined(__SANITIZE_ADDRESS__)
-#define MOE_TEST_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define MOE_TEST_ASAN 1
-#endif
-#endif
+#include "testing/asan.h"
 #ifdef MOE_TEST_ASAN
 #include <sanitizer/asan_interface.h>
 #endif
