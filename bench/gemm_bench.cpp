@@ -2,7 +2,7 @@
 // [F, D]; forward, dlhs, drhs) against oneDNN's dense matmul of the same FLOPs,
 // measured in the same run on the compute pool's thread count.
 //
-// Usage: gemm_bench [reps=5] [case-name filter]
+// Usage: gemm_bench [reps=5] [case-name filter] [T: tokens instead of the case's]
 // The dense baseline computes in the dtype our active kernel level computes in
 // (src/bench/dense_baseline.h): a bf16 case has an f32 baseline below avx512_bf16.
 // Each row: our median ms and GFLOP/s, the dense baseline's, and
@@ -41,6 +41,13 @@ const FfnCase kCases[] = {
     {"seed-mixtral f32", DType::f32, 2048, 4096, 1024, 8, 2},
     {"skewed bf16", DType::bf16, 2048, 1024, 512, 64, 4, true},
     {"one-group bf16", DType::bf16, 8192, 1024, 512, 1, 1},
+    // The registry's public-model cases (src/bench/cases.cpp): few rows per expert.
+    {"olmoe-1b-7b bf16", DType::bf16, 512, 2048, 1024, 64, 8},
+    {"qwen1.5-moe-a2.7b bf16", DType::bf16, 512, 2048, 1408, 60, 4},
+    {"deepseek-v2-lite bf16", DType::bf16, 512, 2048, 1408, 64, 6},
+    {"gpt-oss-20b bf16", DType::bf16, 256, 2880, 2880, 32, 4},
+    {"granite-3b-a800m bf16", DType::bf16, 1024, 1536, 512, 40, 8},
+    {"mixtral-8x7b bf16", DType::bf16, 64, 4096, 14336, 8, 2},
 };
 
 // Each token picks K distinct experts uniformly (fixed seed): ragged groups around T*K/E.
@@ -117,6 +124,19 @@ void bench_case(const FfnCase& c, int reps) {
   std::printf("  kernel level %s; dense baseline: %s (%s)\n", isa_name(active_isa()),
               dense_baseline_name(chosen).c_str(), chosen.why.c_str());
   double fwd_flops = 0, all_flops = 0;
+  if (const char* only = std::getenv("GEMM_BENCH_OP")) {  // one op alone (for a profiler): ours only, many reps
+    for (const Op& op : ops)
+      if (op.name == only) {
+        op.run();
+        const double ms = time_ms([&] {
+                            for (int r = 0; r < reps; ++r) op.run();
+                          }) /
+                          reps;
+        std::printf("  %-12s %9.2f ms %7.0f GFLOP/s (mean of %d)\n", op.name.c_str(), ms,
+                    2.0 * double(op.m) * double(op.k) * double(op.n) / (ms * 1e6), reps);
+      }
+    return;
+  }
   for (size_t i = 0; i < ops.size(); ++i) {
     auto [ours, base] = median_ms_interleaved(reps, ops[i].run, [&] { dense[i].run(); });
     print_row(ops[i].name, dense[i].flops(), ours, base);
@@ -143,10 +163,13 @@ void bench_case(const FfnCase& c, int reps) {
 int main(int argc, char** argv) {
   int reps = argc > 1 ? std::atoi(argv[1]) : 5;
   const char* filter = argc > 2 ? argv[2] : "";
+  const int64_t tokens = argc > 3 ? std::atoll(argv[3]) : 0;
   moe::bench::dense_set_threads(moe::ThreadPool::compute().size());
   try {
-    for (const auto& c : moe::bench::kCases)
+    for (auto c : moe::bench::kCases) {
+      if (tokens > 0) c.T = tokens;
       if (std::strstr(c.name, filter)) moe::bench::bench_case(c, reps);
+    }
   } catch (const moe::Error& e) {  // a bad MOE_GEMM_ISA, no oneDNN matmul at all
     std::fprintf(stderr, "gemm_bench: error: %s\n", e.what());
     return 1;

@@ -9,3 +9,11 @@ onednn_isa() {
     *) echo ALL ;;
   esac
 }
+
+# The dense baseline is oneDNN under OpenMP. libgomp's threads spin after each parallel region
+# (for ever with OMP_WAIT_POLICY=active), taking the cores from the engine's pool that runs next in
+# the same process: measured with `GEMM_BENCH_OP`-free `build/gemm_bench 5 qwen`, the engine's
+# up.gmm took 66 ms after an active-waiting dense call and 48 ms after a passive one, while the
+# dense call itself ran at the same rate (669 against 677 GFLOP/s). Passive waits keep the
+# comparison about the kernels; a user's environment setting wins.
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}

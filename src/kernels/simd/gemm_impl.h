@@ -97,6 +97,45 @@ MOE_INLINE uint32_t load_half_word(const std::byte* p) {
   return h;
 }
 
+// A 2D byte region of a weight matrix that a later task will pack.
+struct Region {
+  const std::byte* base = nullptr;
+  ptrdiff_t stride = 0;
+  int64_t rows = 0, bytes = 0;
+};
+
+// Prefetches a region into L2 while the tiles of the current task run, so the
+// DRAM reads of the next task's weights overlap this task's tiles instead of
+// stalling its packer. The lines are spread evenly over the task's word steps
+// (`tick` once per word step of a tile): a burst of hundreds of prefetches
+// fills the core's miss queue and stalls it, which serializes the reads with
+// the tiles instead of overlapping them.
+class Prefetcher {
+ public:
+  void start(const Region& r, int64_t word_steps) {
+    reg_ = r;
+    row_ = col_ = 0;
+    const int64_t lines = r.rows * ((r.bytes + 63) / 64), n = std::max<int64_t>(word_steps, 1);
+    every_ = lines > 0 ? std::max<int64_t>(n / lines, 1) : 0;
+    burst_ = lines > 0 ? (lines + n - 1) / n : 0;
+    countdown_ = every_;
+  }
+  MOE_INLINE void tick() {
+    if (every_ == 0 || --countdown_ > 0) return;
+    countdown_ = every_;
+    for (int64_t n = 0; n < burst_ && row_ < reg_.rows; ++n) {
+      __builtin_prefetch(reg_.base + row_ * reg_.stride + col_, 0, 2);
+      col_ += 64;
+      if (col_ >= reg_.bytes) col_ = 0, ++row_;
+    }
+    if (row_ >= reg_.rows) every_ = 0;
+  }
+
+ private:
+  Region reg_;
+  int64_t row_ = 0, col_ = 0, every_ = 0, burst_ = 0, countdown_ = 0;
+};
+
 // A tile of MR rows x NR = L*NV columns. A word (row i, step p) lives at
 // a + off[i] + p * a_step (bytes); B is packed [P][kB][NR]. `half_last`: the
 // last word of A holds only its low bf16 (odd reduction length); the bytes
@@ -142,7 +181,7 @@ struct Tile {
   template <class Out>
   static void run(const std::byte* a, const ptrdiff_t* row_off, ptrdiff_t a_step, const float* b, int64_t P,
                   bool half_last, Out* out, int64_t ldc, int mr, int64_t nc, bool stream = false,
-                  bool accumulate = false) {
+                  bool accumulate = false, Prefetcher* pf = nullptr) {
     ptrdiff_t off[MR];
     MOE_UNROLL for (int i = 0; i < MR; ++i) off[i] = row_off[i];
     Acc acc;
@@ -157,7 +196,14 @@ struct Tile {
           }
     }
     const int64_t full = half_last ? P - 1 : P, per = int64_t(kB) * NR;
-    for (int64_t p = 0; p < full; ++p) step<false>(acc, a + p * a_step, off, b + p * per);
+    if (pf) {
+      for (int64_t p = 0; p < full; ++p) {
+        step<false>(acc, a + p * a_step, off, b + p * per);
+        pf->tick();
+      }
+    } else {
+      for (int64_t p = 0; p < full; ++p) step<false>(acc, a + p * a_step, off, b + p * per);
+    }
     if (half_last) step<true>(acc, a + full * a_step, off, b + full * per);
     store(acc, out, ldc, mr, nc, stream);
   }
@@ -316,36 +362,6 @@ struct AView {
   ptrdiff_t row_bytes, step_bytes;
 };
 
-// A 2D byte region of a weight matrix that a later task will pack.
-struct Region {
-  const std::byte* base = nullptr;
-  ptrdiff_t stride = 0;
-  int64_t rows = 0, bytes = 0;
-};
-
-// Prefetches a region into L2 a slice per call, so the DRAM reads of the next
-// task's weights overlap this task's tiles instead of stalling its packer.
-class Prefetcher {
- public:
-  void start(const Region& r, int64_t calls) {
-    reg_ = r;
-    row_ = col_ = 0;
-    const int64_t lines = r.rows * ((r.bytes + 63) / 64), n = std::max<int64_t>(calls, 1);
-    per_call_ = (lines + n - 1) / n;
-  }
-  void advance() {
-    for (int64_t n = 0; n < per_call_ && row_ < reg_.rows; ++n) {
-      __builtin_prefetch(reg_.base + row_ * reg_.stride + col_, 0, 2);
-      col_ += 64;
-      if (col_ >= reg_.bytes) col_ = 0, ++row_;
-    }
-  }
-
- private:
-  Region reg_;
-  int64_t row_ = 0, col_ = 0, per_call_ = 0;
-};
-
 // out rows [r0, r1) x columns [0, nc) = A rows [r0, r1) @ packed B (P words).
 // A partial last tile repeats its last row (computed, not stored), so every
 // row runs the same instruction chain whatever its position.
@@ -358,8 +374,7 @@ void run_rows(const AView& a, int64_t r0, int64_t r1, const uint32_t* b, int64_t
     ptrdiff_t off[MR];
     for (int i = 0; i < MR; ++i) off[i] = (r + std::min(i, mr - 1)) * a.row_bytes;
     Tile<V, Step, MR, NV>::run(a.base, off, a.step_bytes, bf, P, half_last, out + r * ldc, ldc, mr, nc, stream,
-                               accumulate);
-    if (pf) pf->advance();
+                               accumulate, pf);
   }
 }
 
@@ -421,7 +436,7 @@ void row_major_gemm(const T* A, int64_t lda, int64_t len, Out* out, int64_t ldc,
       const Task* next = t + 1 < e ? &tasks[size_t(t + 1)] : nullptr;
       const bool repack = next && (next->lg != k.lg || next->p0 != k.p0);
       pf.start(repack ? w.region(next->lg, next->p0 * NR, std::min(n_out, (next->p0 + per_task) * NR)) : Region{},
-               (k.r1 - k.r0 + MR - 1) / MR * (p1 - k.p0));
+               (k.r1 - k.r0 + MR - 1) / MR * (p1 - k.p0) * P);
       for (int64_t pi = k.p0; pi < p1; ++pi)
         run_rows<V, Step, MR, NV>(a, k.r0, k.r1, bp + (pi - k.p0) * panel_words, P, half, out + pi * NR, ldc,
                                   std::min(NR, n_out - pi * NR), &pf);
