@@ -387,6 +387,50 @@ TEST_P(GroupedGemm, LargeGroupsSplitWithoutChangingBits) {
   check_large_group(DType::f32, 33, 40);
 }
 
+// Few rows per group (an average of at most 96) with a long reduction (a
+// panel of it larger than a task's packing budget: beyond 2048 elements at
+// avx512, 8192 at neon_bf16) take the weight-slab schedule of
+// simd/gemm_impl.h: blocks of the reduction with the f32 partial sums kept
+// between them, blocks of columns, a large group in blocks of rows. Its bits
+// must be those of the panel schedule that a call with many rows per group
+// takes: the same rows, once in a call of small groups and once next to a
+// 190-row group, must match exactly. The reduction is odd (a half word at the
+// end) and the outputs span several column blocks.
+void check_slab_schedule(DType in, DType out_t, int64_t Kc, int64_t N) {
+  const int64_t big = 190;
+  for (int64_t rows : {7, 130}) {
+    SCOPED_TRACE(::testing::Message() << "Kc " << Kc << " N " << N << " rows " << rows);
+    const int64_t M = rows + big;
+    Tensor lhs = random_tensor(in, {M, Kc}, 31), dout = random_tensor(in, {M, N}, 32);
+    Tensor rhs = random_tensor(in, {3, Kc, N}, 33);
+    // Panel schedule: the group next to a large one (average rows > 96).
+    Tensor rhs2 = rhs.slice_rows(0, 2);
+    GroupLayout panel = GroupLayout::from_sizes({rows, big});
+    Tensor out(out_t, {M, N}), dl(out_t, {M, Kc});
+    gmm(lhs, rhs2, panel, 0, out);
+    gmm_dlhs(dout, rhs2, panel, 0, dl);
+    // Slab schedule: the same rows next to two 3-row groups.
+    GroupLayout slab = GroupLayout::from_sizes({rows, 3, 3});
+    Tensor out3(out_t, {rows + 6, N}), dl3(out_t, {rows + 6, Kc});
+    Tensor lhs3(in, {rows + 6, Kc}), dout3(in, {rows + 6, N});
+    copy_rows(lhs, 0, rows + 6, lhs3, 0);
+    copy_rows(dout, 0, rows + 6, dout3, 0);
+    gmm(lhs3, rhs, slab, 0, out3);
+    gmm_dlhs(dout3, rhs, slab, 0, dl3);
+    EXPECT_TRUE(rows_bit_equal(out, 0, out3, 0, rows)) << "gmm";
+    EXPECT_TRUE(rows_bit_equal(dl, 0, dl3, 0, rows)) << "gmm_dlhs";
+  }
+}
+
+TEST_P(GroupedGemm, SlabScheduleKeepsThePanelBits) {
+  // A long Kc for gmm's slabs, then a long N for gmm_dlhs's.
+  for (auto [Kc, N] : {std::pair<int64_t, int64_t>{8195, 130}, {130, 8195}}) {
+    check_slab_schedule(DType::bf16, DType::bf16, Kc, N);
+    check_slab_schedule(DType::bf16, DType::f32, Kc, N);
+    check_slab_schedule(DType::f32, DType::f32, Kc, N);
+  }
+}
+
 TEST_P(GroupedGemm, EmptyGroupGradientIsZero) {
   GroupLayout g = GroupLayout::from_sizes({0, 3, 0});
   Tensor lhs = random_tensor(DType::bf16, {3, 5}, 1), dout = random_tensor(DType::bf16, {3, 7}, 2);

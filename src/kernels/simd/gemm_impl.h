@@ -175,26 +175,25 @@ struct Tile {
   }
 
   // out[i, c] = sum over the words of A[i] * B[c], rows [0, mr), columns
-  // [0, nc) (row stride ldc). `accumulate` (f32 out): continue the chains of
-  // an earlier call over the preceding words: the f32 partial sums reload
-  // exactly, so blocking the reduction this way gives the bits of one call.
+  // [0, nc) (row stride ldc). `init` (row stride ldi): continue the chains of
+  // an earlier call over the preceding words, whose f32 partial sums it holds
+  // (it may be `out` itself when out is f32): the partial sums reload exactly,
+  // so blocking the reduction this way gives the bits of one call.
   template <class Out>
   static void run(const std::byte* a, const ptrdiff_t* row_off, ptrdiff_t a_step, const float* b, int64_t P,
                   bool half_last, Out* out, int64_t ldc, int mr, int64_t nc, bool stream = false,
-                  bool accumulate = false, Prefetcher* pf = nullptr) {
+                  const float* init = nullptr, int64_t ldi = 0, Prefetcher* pf = nullptr) {
     ptrdiff_t off[MR];
     MOE_UNROLL for (int i = 0; i < MR; ++i) off[i] = row_off[i];
     Acc acc;
     MOE_UNROLL for (int i = 0; i < MR; ++i)
       MOE_UNROLL for (int v = 0; v < NV; ++v) acc[i][v] = V::zero();
-    if constexpr (std::is_same_v<Out, float>) {
-      if (accumulate)
-        MOE_UNROLL for (int i = 0; i < MR; ++i)
-          MOE_UNROLL for (int v = 0; v < NV; ++v) {
-            const int64_t left = nc - L * v;
-            if (i < mr && left > 0) acc[i][v] = V::load_n(out + i * ldc + L * v, left);
-          }
-    }
+    if (init)
+      MOE_UNROLL for (int i = 0; i < MR; ++i)
+        MOE_UNROLL for (int v = 0; v < NV; ++v) {
+          const int64_t left = nc - L * v;
+          if (i < mr && left > 0) acc[i][v] = V::load_n(init + i * ldi + L * v, left);
+        }
     const int64_t full = half_last ? P - 1 : P, per = int64_t(kB) * NR;
     if (pf) {
       for (int64_t p = 0; p < full; ++p) {
@@ -367,14 +366,15 @@ struct AView {
 // row runs the same instruction chain whatever its position.
 template <class V, class Step, int MR, int NV, class Out>
 void run_rows(const AView& a, int64_t r0, int64_t r1, const uint32_t* b, int64_t P, bool half_last, Out* out,
-              int64_t ldc, int64_t nc, Prefetcher* pf, bool stream = false, bool accumulate = false) {
+              int64_t ldc, int64_t nc, Prefetcher* pf, bool stream = false, const float* init = nullptr,
+              int64_t ldi = 0) {
   const float* bf = reinterpret_cast<const float*>(b);
   for (int64_t r = r0; r < r1; r += MR) {
     const int mr = int(std::min<int64_t>(MR, r1 - r));
     ptrdiff_t off[MR];
     for (int i = 0; i < MR; ++i) off[i] = (r + std::min(i, mr - 1)) * a.row_bytes;
     Tile<V, Step, MR, NV>::run(a.base, off, a.step_bytes, bf, P, half_last, out + r * ldc, ldc, mr, nc, stream,
-                               accumulate, pf);
+                               init ? init + r * ldi : nullptr, ldi, pf);
   }
 }
 
@@ -395,12 +395,95 @@ constexpr int64_t kTaskRows = 252, kSplit = 4;
 // are (local group, block of panels, block of rows), in that order, so
 // consecutive tasks of a thread share their packed panels. Rows are
 // independent, so the split does not change bits.
+// ---- Few rows per group: weight slabs ----------------------------------------
+// At 16-64 rows per group (the public models' experts at small batches) a
+// panel of the whole reduction is packed for a few row tiles only: the packer
+// reads each weight row 128 bytes at a time, rows tens of kB apart (a DRAM page
+// per line, no hardware prefetch), and a long reduction's panel outgrows L2.
+// Here a task (group, block of kSlabRunBytes-wide columns, block of at most
+// kSlabRows rows) walks the reduction in blocks of words: it packs a slab of
+// every panel of its columns (long contiguous runs of each weight row), runs
+// its row tiles over the slab, and keeps the f32 partial sums of its rows in a
+// scratch block between reduction blocks (Tile's `init`): each element stays
+// one chain in word order, so the bits are those of the panel path.
+constexpr int64_t kSlabRows = 96;          // average rows per non-empty group at or below which slabs are used
+constexpr int64_t kSlabRunBytes = 1024;    // bytes of a weight row packed per run (gmm's row-major weights)
+constexpr int64_t kSlabBytes = 128 << 10;  // packed bytes per slab (with the partial sums and the next slab: L2)
+
+template <class V, class S, class T, class Out, class Weights>
+void slab_gemm(const T* A, int64_t lda, int64_t len, Out* out, int64_t ldc, int64_t n_out,
+               const GroupLayout& groups, int64_t goff, int64_t n_local, const Weights& w) {
+  using Step = typename S::Step;
+  constexpr int MR = S::MR, NV = S::NV;
+  constexpr int64_t NR = int64_t(V::L) * NV, kB = Step::kB;
+  constexpr int64_t row_cap = (kSlabRows + MR - 1) / MR * MR;
+  const int64_t panels = (n_out + NR - 1) / NR, P = words_of<T>(len);
+  const int64_t npan = std::clamp<int64_t>(kSlabRunBytes / (NR * int64_t(sizeof(T))), 1, panels);
+  const int64_t kbw = std::clamp<int64_t>(kSlabBytes / (npan * kB * NR * 4), 1, P);
+  const int64_t kblocks = (P + kbw - 1) / kbw, cblocks = (panels + npan - 1) / npan, ldp = npan * NR;
+  const bool half = Step::kPerWord == 2 && len % 2 == 1;
+  struct Task {
+    int64_t lg, c0, c1, r0, r1;
+  };
+  std::vector<Task> tasks;
+  for (int64_t lg = 0; lg < n_local; ++lg) {
+    const int64_t g0 = groups.offsets[size_t(goff + lg)], g1 = groups.offsets[size_t(goff + lg + 1)];
+    for (int64_t cb = 0; cb < cblocks && g0 < g1; ++cb)
+      for (int64_t r = g0; r < g1; r += row_cap)
+        tasks.push_back({lg, cb * ldp, std::min(n_out, (cb + 1) * ldp), r, std::min(g1, r + row_cap)});
+  }
+  parallel_for(int64_t(tasks.size()), 1, [&](int64_t b, int64_t e) {
+    uint32_t* bp = scratch(size_t(npan * kbw * kB * NR), 0);
+    float* part = reinterpret_cast<float*>(scratch(size_t(row_cap * ldp), 1));
+    Prefetcher pf;
+    for (int64_t t = b; t < e; ++t) {
+      const Task& k = tasks[size_t(t)];
+      const int64_t np = (k.c1 - k.c0 + NR - 1) / NR;
+      for (int64_t kb = 0; kb < kblocks; ++kb) {
+        const int64_t w0 = kb * kbw, w1 = std::min(P, w0 + kbw), nw = w1 - w0, slab_words = nw * kB * NR;
+        for (int64_t pi = 0; pi < np; ++pi)
+          w.pack(k.lg, k.c0 + pi * NR, std::min(NR, k.c1 - k.c0 - pi * NR), w0, w1, bp + pi * slab_words, NR);
+        // Prefetch the next slab: this task's next reduction block, or the next task's first.
+        Region next{};
+        if (kb + 1 < kblocks) {
+          next = w.region(k.lg, k.c0, k.c1, w1, std::min(P, w1 + kbw));
+        } else if (t + 1 < e) {
+          const Task& n = tasks[size_t(t + 1)];
+          next = w.region(n.lg, n.c0, n.c1, 0, std::min(P, kbw));
+        }
+        pf.start(next, (k.r1 - k.r0 + MR - 1) / MR * np * nw);
+        const bool last = kb + 1 == kblocks;
+        const AView a{reinterpret_cast<const std::byte*>(A + k.r0 * lda) + w0 * 4, ptrdiff_t(lda * sizeof(T)), 4};
+        for (int64_t pi = 0; pi < np; ++pi) {
+          const int64_t nc = std::min(NR, k.c1 - k.c0 - pi * NR);
+          const uint32_t* slab = bp + pi * slab_words;
+          float* sums = part + pi * NR;
+          const float* init = kb > 0 ? sums : nullptr;
+          if (last)
+            run_rows<V, Step, MR, NV>(a, 0, k.r1 - k.r0, slab, nw, half, out + k.r0 * ldc + k.c0 + pi * NR, ldc, nc,
+                                      &pf, false, init, ldp);
+          else
+            run_rows<V, Step, MR, NV>(a, 0, k.r1 - k.r0, slab, nw, false, sums, ldp, nc, &pf, false, init, ldp);
+        }
+      }
+    }
+  });
+}
+
 template <class V, class S, class T, class Out, class Weights>
 void row_major_gemm(const T* A, int64_t lda, int64_t len, Out* out, int64_t ldc, int64_t n_out,
                     const GroupLayout& groups, int64_t goff, int64_t n_local, const Weights& w) {
   using Step = typename S::Step;
   constexpr int MR = S::MR, NV = S::NV;
   constexpr int64_t NR = int64_t(V::L) * NV;
+  {  // few rows per group and a panel larger than a task's packing budget: weight slabs
+    int64_t nonempty = 0;
+    for (int64_t lg = 0; lg < n_local; ++lg) nonempty += groups.sizes[size_t(goff + lg)] > 0;
+    const int64_t rows = groups.offsets[size_t(goff + n_local)] - groups.offsets[size_t(goff)];
+    const int64_t panel_bytes = words_of<T>(len) * Step::kB * NR * 4;
+    if (nonempty > 0 && rows <= kSlabRows * nonempty && panel_bytes > kPackBytes)
+      return slab_gemm<V, S>(A, lda, len, out, ldc, n_out, groups, goff, n_local, w);
+  }
   const int64_t panels = (n_out + NR - 1) / NR, P = words_of<T>(len), panel_words = P * Step::kB * NR;
   const int64_t per_task = std::clamp<int64_t>(kPackBytes / (panel_words * 4), 1, panels);
   const int64_t blocks = (panels + per_task - 1) / per_task;
@@ -429,13 +512,14 @@ void row_major_gemm(const T* A, int64_t lda, int64_t len, Out* out, int64_t ldc,
       const int64_t p1 = std::min(panels, k.p0 + per_task);
       if (k.lg != packed_lg || k.p0 != packed_p0) {
         for (int64_t pi = k.p0; pi < p1; ++pi)
-          w.pack(k.lg, pi * NR, std::min(NR, n_out - pi * NR), bp + (pi - k.p0) * panel_words, NR);
+          w.pack(k.lg, pi * NR, std::min(NR, n_out - pi * NR), 0, P, bp + (pi - k.p0) * panel_words, NR);
         packed_lg = k.lg, packed_p0 = k.p0;
       }
       // Prefetch the weights the next task of this range packs, if it packs any.
       const Task* next = t + 1 < e ? &tasks[size_t(t + 1)] : nullptr;
       const bool repack = next && (next->lg != k.lg || next->p0 != k.p0);
-      pf.start(repack ? w.region(next->lg, next->p0 * NR, std::min(n_out, (next->p0 + per_task) * NR)) : Region{},
+      pf.start(repack ? w.region(next->lg, next->p0 * NR, std::min(n_out, (next->p0 + per_task) * NR), 0, P)
+                      : Region{},
                (k.r1 - k.r0 + MR - 1) / MR * (p1 - k.p0) * P);
       for (int64_t pi = k.p0; pi < p1; ++pi)
         run_rows<V, Step, MR, NV>(a, k.r0, k.r1, bp + (pi - k.p0) * panel_words, P, half, out + pi * NR, ldc,
@@ -450,15 +534,17 @@ void gmm_typed(const Tensor& lhs, const Tensor& rhs, const GroupLayout& groups, 
   using V = typename Lv::V;
   using S = typename Lv::template Shape<T>;
   const int64_t Kc = lhs.dim(1), N = rhs.dim(2), n_local = rhs.dim(0);
+  constexpr int64_t kPer = S::Step::kPerWord;  // weight rows per word
   struct {
     const T* W;
     int64_t Kc, N;
-    void pack(int64_t lg, int64_t c0, int64_t nc, uint32_t* dst, int64_t NR) const {
-      pack_rows<V, S::Step::kPack>(W + lg * Kc * N, N, 0, Kc, c0, nc, dst, NR, NR);
+    // Words [w0, w1) of columns [c0, c0 + nc): weight rows [w0 * kPer, w1 * kPer).
+    void pack(int64_t lg, int64_t c0, int64_t nc, int64_t w0, int64_t w1, uint32_t* dst, int64_t NR) const {
+      pack_rows<V, S::Step::kPack>(W + lg * Kc * N, N, w0 * kPer, std::min(Kc, w1 * kPer), c0, nc, dst, NR, NR);
     }
-    Region region(int64_t lg, int64_t c0, int64_t c1) const {
-      return {reinterpret_cast<const std::byte*>(W + lg * Kc * N + c0), ptrdiff_t(N * sizeof(T)), Kc,
-              int64_t((c1 - c0) * sizeof(T))};
+    Region region(int64_t lg, int64_t c0, int64_t c1, int64_t w0, int64_t w1) const {
+      return {reinterpret_cast<const std::byte*>(W + (lg * Kc + w0 * kPer) * N + c0), ptrdiff_t(N * sizeof(T)),
+              std::min(Kc, w1 * kPer) - w0 * kPer, int64_t((c1 - c0) * sizeof(T))};
     }
   } w{rhs.data<T>(), Kc, N};
   row_major_gemm<V, S>(lhs.data<T>(), Kc, Kc, out.data<Out>(), N, N, groups, goff, n_local, w);
@@ -470,15 +556,18 @@ void dlhs_typed(const Tensor& dout, const Tensor& rhs, const GroupLayout& groups
   using V = typename Lv::V;
   using S = typename Lv::template Shape<T>;
   const int64_t Kc = rhs.dim(1), N = rhs.dim(2), n_local = rhs.dim(0);
+  constexpr int64_t kPer = S::Step::kPerWord;  // weight columns per word
   struct {
     const T* W;
     int64_t Kc, N;
-    void pack(int64_t lg, int64_t c0, int64_t nc, uint32_t* dst, int64_t NR) const {
-      pack_transposed<V, S::Step::kPack>(W + lg * Kc * N, N, N, c0, nc, dst, NR, NR);
+    // Words [w0, w1) of output columns [c0, c0 + nc): weight rows c0.., columns [w0 * kPer, w1 * kPer).
+    void pack(int64_t lg, int64_t c0, int64_t nc, int64_t w0, int64_t w1, uint32_t* dst, int64_t NR) const {
+      pack_transposed<V, S::Step::kPack>(W + lg * Kc * N + w0 * kPer, N, std::min(N, w1 * kPer) - w0 * kPer, c0,
+                                         nc, dst, NR, NR);
     }
-    Region region(int64_t lg, int64_t c0, int64_t c1) const {
-      return {reinterpret_cast<const std::byte*>(W + (lg * Kc + c0) * N), ptrdiff_t(N * sizeof(T)), c1 - c0,
-              int64_t(N * sizeof(T))};
+    Region region(int64_t lg, int64_t c0, int64_t c1, int64_t w0, int64_t w1) const {
+      return {reinterpret_cast<const std::byte*>(W + (lg * Kc + c0) * N + w0 * kPer), ptrdiff_t(N * sizeof(T)),
+              c1 - c0, int64_t((std::min(N, w1 * kPer) - w0 * kPer) * sizeof(T))};
     }
   } w{rhs.data<T>(), Kc, N};
   row_major_gemm<V, S>(dout.data<T>(), N, N, dlhs.data<Out>(), Kc, Kc, groups, goff, n_local, w);
@@ -558,7 +647,7 @@ struct DrhsGroup {
       const AView a{reinterpret_cast<const std::byte*>(ap + kb * P() * KB), 4, KB * 4};
       run_rows<V, Step, S::MR, S::NV>(a, 0, std::min(KB, Kc - k0), bp + pi * panel_words(), P(), false,
                                       G + k0 * N + c0, N, std::min<int64_t>(NR, N - c0), nullptr, stream,
-                                      accumulate);
+                                      accumulate ? G + k0 * N + c0 : nullptr, N);
     }
     if (stream) V::fence();  // the streamed gradient rows are visible before the task reports done
   }
