@@ -196,6 +196,69 @@ TEST(Allocator, ChangingShapesStayWithinTheBoundAndReuseBlocks) {
   EXPECT_LE(max_footprint, s1.live_peak + size_t(double(s1.live_peak) * alloc::kFootprintSlack));
 }
 
+// One "step" of `n` blocks of `bytes`, all live at once, then released.
+void step_of(int n, size_t bytes) {
+  std::vector<void*> blocks;
+  for (int i = 0; i < n; ++i) {
+    blocks.push_back(alloc::acquire(bytes, 64));
+    ASSERT_NE(blocks.back(), nullptr);
+    static_cast<char*>(blocks.back())[bytes - 1] = 1;
+  }
+  for (void* p : blocks) alloc::release(p, bytes);
+}
+
+// The footprint bound follows the live peak of a recent window of requests:
+// after a large phase, a small phase keeps the large pages while the large
+// phase is in the window (a large step that comes back is all hits), and
+// gives them back once it has left the window (live + cached within the bound
+// of the small phase alone); a large step afterwards still works, on fresh
+// pages.
+TEST(Allocator, TheFootprintBoundFollowsTheRecentPeak) {
+  CapScope scope(1024 * kMiB);
+  const size_t large = 32 * kMiB, small = 2 * kMiB;
+  constexpr int kLargeN = 5, kSmallN = 4;
+  const size_t window = (alloc::kWindowEpochs + 1) * alloc::kEpochRequests;  // requests, at most
+  for (int i = 0; i < 3; ++i) step_of(kLargeN, large);
+  const alloc::Stats s0 = alloc::stats();
+  const size_t large_peak = kLargeN * block_bytes(large), small_peak = kSmallN * block_bytes(small);
+  ASSERT_EQ(s0.window_peak, large_peak);
+  ASSERT_GE(s0.cached_bytes, large_peak);
+  // Small steps for less than half a window, then the large step again: it is still cached.
+  const int within = int(window / 2 / kSmallN);
+  for (int i = 0; i < within; ++i) step_of(kSmallN, small);
+  EXPECT_GE(alloc::stats().cached_bytes, large_peak);
+  step_of(kLargeN, large);
+  const alloc::Stats s1 = alloc::stats();
+  EXPECT_EQ(s1.hits - s0.hits, uint64_t(within * kSmallN + kLargeN));
+  EXPECT_EQ(s1.fresh_bytes, s0.fresh_bytes);
+  EXPECT_EQ(s1.evictions, s0.evictions);
+  // Two windows of small steps: the large pages are given back (at the latest a window and an epoch
+  // after the large step; the footprint is checked in the last half window).
+  const int beyond = int(2 * window / kSmallN);
+  size_t max_footprint_late = 0;
+  for (int i = 0; i < beyond; ++i) {
+    step_of(kSmallN, small);
+    const alloc::Stats s = alloc::stats();
+    if (i >= beyond * 3 / 4) max_footprint_late = std::max(max_footprint_late, s.live_bytes + s.cached_bytes);
+  }
+  const alloc::Stats s2 = alloc::stats();
+  const size_t small_bound = small_peak + size_t(double(small_peak) * alloc::kFootprintSlack);
+  EXPECT_EQ(s2.window_peak, small_peak);
+  EXPECT_EQ(s2.live_peak, large_peak) << "the all-time peak is kept for the reports";
+  EXPECT_LE(s2.live_bytes + s2.cached_bytes, small_bound);
+  EXPECT_LE(max_footprint_late, small_bound);
+  EXPECT_GT(s2.cached_bytes, 0u) << "the small phase's own pages stay";
+  EXPECT_GE(s2.evicted_bytes - s1.evicted_bytes, large_peak - small_bound);
+  // The small phase ran on resident pages throughout: its steps are hits.
+  EXPECT_EQ(s2.hits - s1.hits, uint64_t(beyond * kSmallN));
+  EXPECT_EQ(s2.fresh_bytes, s1.fresh_bytes);
+  // The large shapes come back: fresh pages, and a new window peak.
+  step_of(kLargeN, large);
+  const alloc::Stats s3 = alloc::stats();
+  EXPECT_GT(s3.fresh_bytes, s2.fresh_bytes);
+  EXPECT_EQ(s3.window_peak, large_peak);
+}
+
 TEST(Allocator, TheCacheNeverHoldsMoreThanItsCap) {
   const size_t cap = 8 * kMiB;
   CapScope scope(cap);
