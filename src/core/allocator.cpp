@@ -152,6 +152,7 @@ struct Pool {
   std::map<uintptr_t, size_t> resident;             // GUARDED_BY(mu) resident parts of free spans, coalesced
   std::unordered_map<uintptr_t, LiveBlock> live;    // GUARDED_BY(mu)
   Stats s{};                                        // GUARDED_BY(mu)
+  AvailableProbe available = nullptr;               // GUARDED_BY(mu) the test hook; nullptr: /proc/meminfo
   // The footprint bound's window: the live peaks of the last kWindowEpochs
   // closed epochs (a ring, 0 where none closed yet), and the current epoch's
   // peak and request count.
@@ -364,7 +365,7 @@ struct Pool {
     evict_highest_while(footprint_bound(hw) - (s.live_bytes + want));
     if (s.cached_bytes > 0) {
       const size_t reserve = std::max(physical_bytes() / 32, size_t(256) << 20);
-      const size_t avail = available_bytes();
+      const size_t avail = available ? available() : available_bytes();
       if (avail != SIZE_MAX && avail < fresh + reserve) evict_highest_while(0);
     }
   }
@@ -471,6 +472,14 @@ size_t release_cached() {
   Pool& pl = pool();
   std::lock_guard<std::mutex> lk(pl.mu);
   return pl.evict_highest_while(0);
+}
+
+AvailableProbe set_available_probe_for_testing(AvailableProbe probe) {
+  Pool& pl = pool();
+  std::lock_guard<std::mutex> lk(pl.mu);
+  AvailableProbe old = pl.available;
+  pl.available = probe;
+  return old;
 }
 
 size_t set_cap_for_testing(size_t cap_bytes) {

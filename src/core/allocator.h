@@ -82,6 +82,14 @@ size_t release_cached();
 // Returns the old cap.
 size_t set_cap_for_testing(size_t cap_bytes);
 
+// Test hook: replaces the probe of the machine's available memory that the
+// pressure path reads (by default MemAvailable from /proc/meminfo, in bytes;
+// SIZE_MAX where unknown). nullptr restores the default. Returns the previous
+// probe (nullptr for the default). The probe is called with the allocator's
+// lock held: it must not allocate through this allocator.
+using AvailableProbe = size_t (*)();
+AvailableProbe set_available_probe_for_testing(AvailableProbe probe);
+
 // The size class of a large request (exposed for the tests).
 size_t size_class(size_t bytes);
 

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cstdint>
 #include <cstring>
 #include <deque>
 #include <mutex>
@@ -257,6 +258,87 @@ TEST(Allocator, TheFootprintBoundFollowsTheRecentPeak) {
   const alloc::Stats s3 = alloc::stats();
   EXPECT_GT(s3.fresh_bytes, s2.fresh_bytes);
   EXPECT_EQ(s3.window_peak, large_peak);
+}
+
+// The pressure path reads the machine's available memory through this probe
+// (alloc::set_available_probe_for_testing) while a test runs.
+std::atomic<size_t> fake_available_bytes{SIZE_MAX};
+std::atomic<int> fake_probes{0};
+size_t fake_available() {
+  ++fake_probes;
+  return fake_available_bytes.load();
+}
+
+class AvailableScope {
+ public:
+  AvailableScope() { old_ = alloc::set_available_probe_for_testing(fake_available); }
+  ~AvailableScope() { alloc::set_available_probe_for_testing(old_); }
+
+ private:
+  alloc::AvailableProbe old_;
+};
+
+// A request that needs fresh pages while MemAvailable is short gives the whole
+// cache back first (its own resident pages are used, not given back); with
+// memory to spare the same kind of request keeps the cache. Allocation goes on
+// working afterwards, on fresh (zeroed) pages.
+TEST(Allocator, ShortAvailableMemoryGivesTheCacheBack) {
+  CapScope scope(512 * kMiB);
+  AvailableScope probe;
+  fake_available_bytes = size_t(1) << 50;  // plenty
+  // A live peak of 128 MiB, its pages given back: the footprint bound leaves room for the cache below.
+  void* big = alloc::acquire(128 * kMiB, 64);
+  ASSERT_NE(big, nullptr);
+  std::memset(big, 1, 128 * kMiB);
+  alloc::release(big, 128 * kMiB);
+  alloc::release_cached();
+  // a, b, c side by side; a and c released: two resident extents, b live between them.
+  auto* a = static_cast<unsigned char*>(alloc::acquire(16 * kMiB, 64));
+  auto* b = static_cast<unsigned char*>(alloc::acquire(16 * kMiB, 64));
+  auto* c = static_cast<unsigned char*>(alloc::acquire(16 * kMiB, 64));
+  ASSERT_TRUE(a && b && c);
+  ASSERT_LT(a, b);
+  ASSERT_LT(b, c);
+  for (unsigned char* p : {a, b, c}) std::memset(p, 7, 16 * kMiB);
+  alloc::release(a, 16 * kMiB);
+  alloc::release(c, 16 * kMiB);
+  ASSERT_EQ(alloc::stats().cached_bytes, 2 * block_bytes(16 * kMiB));
+  // Memory to spare: 40 MiB take c's pages and 24 fresh ones; a's stay cached.
+  const alloc::Stats s0 = alloc::stats();
+  fake_probes = 0;
+  void* d = alloc::acquire(40 * kMiB, 64);
+  ASSERT_EQ(d, c);
+  const alloc::Stats s1 = alloc::stats();
+  EXPECT_GT(fake_probes.load(), 0) << "a request with fresh pages must look at the available memory";
+  EXPECT_EQ(s1.partial - s0.partial, 1u);
+  EXPECT_EQ(s1.cached_bytes, block_bytes(16 * kMiB));
+  EXPECT_EQ(s1.evictions, s0.evictions);
+  std::memset(d, 2, 40 * kMiB);
+  alloc::release(d, 40 * kMiB);
+  // Memory short: 64 MiB take d's resident pages and fresh ones, and the rest of the cache (a's) goes.
+  fake_available_bytes = 0;
+  auto* e = static_cast<unsigned char*>(alloc::acquire(64 * kMiB, 64));
+  ASSERT_EQ(e, c);
+  const alloc::Stats s2 = alloc::stats();
+  EXPECT_EQ(s2.cached_bytes, 0u);
+  EXPECT_EQ(s2.cached_blocks, 0u);
+  EXPECT_GT(s2.evictions, s1.evictions);
+  EXPECT_EQ(s2.evicted_bytes - s1.evicted_bytes, block_bytes(16 * kMiB));
+  EXPECT_EQ(e[0], 2) << "the request's own resident pages are used, not given back";
+  std::memset(e, 3, 64 * kMiB);
+  EXPECT_EQ(e[64 * kMiB - 1], 3);
+  // Still short, nothing cached: the next request takes a's place on fresh pages and works.
+  auto* f = static_cast<unsigned char*>(alloc::acquire(16 * kMiB, 64));
+  ASSERT_EQ(f, a);
+  EXPECT_EQ(f[0], 0) << "given back: the kernel's zero pages, not the old bytes";
+  std::memset(f, 4, 16 * kMiB);
+  EXPECT_EQ(f[16 * kMiB - 1], 4);
+  EXPECT_EQ(b[0], 7);  // the live block between them is untouched
+  EXPECT_EQ(alloc::stats().misses, s2.misses + 1);
+  alloc::release(f, 16 * kMiB);
+  alloc::release(e, 64 * kMiB);
+  alloc::release(b, 16 * kMiB);
+  fake_available_bytes = SIZE_MAX;
 }
 
 TEST(Allocator, TheCacheNeverHoldsMoreThanItsCap) {
