@@ -93,6 +93,11 @@ TEST(AllocatorLayer, StepsUpToTheLargestTReuseResidentPages) {
 // bound's window holds (about 20 large requests a step): the window's peak keeps up with the
 // largest T, so the steps stay hits with no fresh pages beyond a small remainder.
 TEST(AllocatorLayer, ChangingTOverSeveralWindowsStaysHits) {
+#ifdef MOE_TEST_ASAN
+  // Hundreds of layer steps take minutes there (150 s and 209 s measured); the window under ASan is
+  // checked at the allocator's level (Allocator.TheFootprintBoundFollowsTheRecentPeak).
+  GTEST_SKIP() << "spans two windows of layer steps: too slow under ASan";
+#endif
   alloc::release_cached();
   run_layer({640}, alloc::stats());
   const alloc::Stats a0 = alloc::stats();
@@ -118,6 +123,11 @@ TEST(AllocatorLayer, ChangingTOverSeveralWindowsStaysHits) {
 // (E = 16): once the large steps have left the footprint bound's window, live + cached fall within
 // the bound of the small layer run alone, and so does RSS.
 TEST(AllocatorLayer, ASmallLayerAfterALargeOneGivesTheLargePagesBack) {
+#ifdef MOE_TEST_ASAN
+  // Hundreds of layer steps take minutes there (150 s and 209 s measured); the window under ASan is
+  // checked at the allocator's level (Allocator.TheFootprintBoundFollowsTheRecentPeak).
+  GTEST_SKIP() << "spans two windows of layer steps: too slow under ASan";
+#endif
   const std::vector<int64_t> small_steps = {512, 448, 576, 512};
   run_layer({512}, alloc::stats());  // the compute pool and scratch exist before the baselines
   // The small layer alone: its live peak, and RSS with its cache.
@@ -149,12 +159,10 @@ TEST(AllocatorLayer, ASmallLayerAfterALargeOneGivesTheLargePagesBack) {
   EXPECT_LE(a2.window_peak, small_peak);
   EXPECT_LE(a2.live_bytes + a2.cached_bytes, small_bound);
   EXPECT_GT(a2.evicted_bytes - a1.evicted_bytes, a1.window_peak / 2);
-#ifndef MOE_TEST_ASAN
   // RSS: the small layer's cache (at most its bound) and a few MiB of small blocks above the start;
   // the large layer held hundreds of MiB more.
   EXPECT_LT(rss_mib(), rss0 + double(small_bound) / (1 << 20) + 16)
       << "RSS at start " << rss0 << " MiB, with the large layer " << rss_large << " MiB";
-#endif
 }
 
 }  // namespace

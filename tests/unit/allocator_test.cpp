@@ -64,12 +64,14 @@ TEST(Allocator, SizeClassesRoundUpByAtMostASixteenth) {
   EXPECT_EQ(alloc::size_class(1000), 1000u);  // small requests are not large-path classes
 }
 
-// The bytes a request takes (its class, with the allocator's ASan redzone).
+// The bytes a request takes (its class, with the allocator's ASan redzone; whole huge pages from
+// kHugeBytes on).
 size_t block_bytes(size_t n) {
 #ifdef MOE_TEST_ASAN
   n += 4096;
 #endif
-  return alloc::size_class(n);
+  const size_t c = alloc::size_class(n);
+  return c >= alloc::kHugeBytes ? (c + alloc::kHugePage - 1) / alloc::kHugePage * alloc::kHugePage : c;
 }
 
 TEST(Allocator, AFreedBlockServesTheNextRequestOfItsClassOrIsSplit) {
