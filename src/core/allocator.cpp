@@ -335,9 +335,10 @@ struct Pool {
 
   static size_t footprint_bound(size_t hw) { return hw + size_t(double(hw) * kFootprintSlack); }
 
-  // Counts a large request; every kEpochRequests + 1st closes the epoch (the
-  // request starts the next one). The window's peak may fall then: the cache
-  // is trimmed to the bound it gives. Between closes the peak only grows.
+  // Counts a large request. The one after an epoch's kEpochRequests closes
+  // that epoch and is the first of the next. The window's peak may fall then
+  // (the oldest epoch leaves it): the cache is trimmed to the bound it gives.
+  // Between closes the window's peak only grows.
   void count_request() {
     if (++epoch_requests <= kEpochRequests) return;
     epoch_peaks[epoch_next] = epoch_peak;

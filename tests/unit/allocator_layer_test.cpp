@@ -108,12 +108,13 @@ TEST(AllocatorLayer, ChangingTOverSeveralWindowsStaysHits) {
   const alloc::Stats a1 = alloc::stats();
   const uint64_t fresh = a1.fresh_bytes - a0.fresh_bytes;
   const uint64_t hits = a1.hits - a0.hits, others = a1.partial - a0.partial + a1.misses - a0.misses;
-  std::printf("150 steps: %llu requests (window %zu), %llu partial or missed, %.1f MiB fresh, %.1f MiB evicted, "
-              "window peak %.1f MiB\n",
+  std::printf("150 steps: %llu requests (window %zu), %llu partial or missed, %.1f MiB fresh, "
+              "%.1f MiB evicted, window peak %.1f MiB\n",
               (unsigned long long)(hits + others), (alloc::kWindowEpochs + 1) * alloc::kEpochRequests,
               (unsigned long long)others, double(fresh) / (1 << 20),
               double(a1.evicted_bytes - a0.evicted_bytes) / (1 << 20), double(a1.window_peak) / (1 << 20));
-  EXPECT_GT(hits + others, 2 * (alloc::kWindowEpochs + 1) * alloc::kEpochRequests) << "the run spans two windows";
+  EXPECT_GT(hits + others, 2 * (alloc::kWindowEpochs + 1) * alloc::kEpochRequests)
+      << "the run spans two windows";
   EXPECT_GT(hits, 20 * others);
   EXPECT_LE(fresh, a1.live_peak / 8) << "pages faulted in again instead of reused";
   EXPECT_EQ(a1.live_bytes, a0.live_bytes);
