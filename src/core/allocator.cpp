@@ -8,6 +8,7 @@
 #include <cstring>
 #include <iterator>
 #include <algorithm>
+#include <array>
 #include <map>
 #include <mutex>
 #include <set>
@@ -151,6 +152,14 @@ struct Pool {
   std::map<uintptr_t, size_t> resident;             // GUARDED_BY(mu) resident parts of free spans, coalesced
   std::unordered_map<uintptr_t, LiveBlock> live;    // GUARDED_BY(mu)
   Stats s{};                                        // GUARDED_BY(mu)
+  AvailableProbe available = nullptr;               // GUARDED_BY(mu) the test hook; nullptr: /proc/meminfo
+  // The footprint bound's window: the live peaks of the last kWindowEpochs
+  // closed epochs (a ring, 0 where none closed yet), and the current epoch's
+  // peak and request count.
+  std::array<size_t, kWindowEpochs> epoch_peaks{};  // GUARDED_BY(mu)
+  size_t epoch_next = 0;                            // GUARDED_BY(mu) the ring's oldest entry
+  size_t epoch_peak = 0;                            // GUARDED_BY(mu)
+  size_t epoch_requests = 0;                        // GUARDED_BY(mu)
 
   // Reserves the arena on first use: halves the size until the kernel agrees
   // (strict overcommit counts a reservation), down to 1 GiB, else none.
@@ -320,19 +329,44 @@ struct Pool {
     live.emplace(p, LiveBlock{bytes, in_arena});
     s.live_bytes += bytes;
     if (s.live_bytes > s.live_peak) s.live_peak = s.live_bytes;
+    if (s.live_bytes > epoch_peak) epoch_peak = s.live_bytes;
+    if (s.live_bytes > s.window_peak) s.window_peak = s.live_bytes;
+  }
+
+  static size_t footprint_bound(size_t hw) { return hw + size_t(double(hw) * kFootprintSlack); }
+
+  // Counts a large request. The one after an epoch's kEpochRequests closes
+  // that epoch and is the first of the next. The window's peak may fall then
+  // (the oldest epoch leaves it): the cache is trimmed to the bound it gives.
+  // Between closes the window's peak only grows.
+  void count_request() {
+    if (++epoch_requests <= kEpochRequests) return;
+    epoch_peaks[epoch_next] = epoch_peak;
+    epoch_next = (epoch_next + 1) % kWindowEpochs;
+    epoch_peak = s.live_bytes;
+    epoch_requests = 1;
+    s.window_peak = std::max(epoch_peak, *std::max_element(epoch_peaks.begin(), epoch_peaks.end()));
+    const size_t bound = footprint_bound(s.window_peak);
+    evict_highest_while(bound > s.live_bytes ? bound - s.live_bytes : 0);
+  }
+  void reset_window() {
+    epoch_peaks.fill(0);
+    epoch_next = 0;
+    epoch_peak = s.live_bytes;
+    epoch_requests = 0;
+    s.window_peak = s.live_bytes;
   }
 
   // Before handing out `fresh` bytes that are not resident: keep live +
-  // cached + the new block within the slack of the live high-water mark
-  // (shapes that drift must not grow the footprint), and give the cache back
-  // when the machine is short of memory.
+  // cached + the new block within the slack of the recent live high-water
+  // mark (shapes that drift must not grow the footprint), and give the cache
+  // back when the machine is short of memory.
   void bound_footprint(size_t want, size_t fresh) {
-    const size_t hw = std::max(s.live_peak, s.live_bytes + want);
-    const size_t footprint = hw + size_t(double(hw) * kFootprintSlack);
-    evict_highest_while(footprint - (s.live_bytes + want));
+    const size_t hw = std::max(s.window_peak, s.live_bytes + want);
+    evict_highest_while(footprint_bound(hw) - (s.live_bytes + want));
     if (s.cached_bytes > 0) {
       const size_t reserve = std::max(physical_bytes() / 32, size_t(256) << 20);
-      const size_t avail = available_bytes();
+      const size_t avail = available ? available() : available_bytes();
       if (avail != SIZE_MAX && avail < fresh + reserve) evict_highest_while(0);
     }
   }
@@ -350,6 +384,7 @@ void* acquire_large(Pool& pl, size_t bytes, bool& ours) {
   ours = pl.cap != 0;
   if (!ours) return nullptr;
   if (!pl.reserve_tried) pl.reserve();
+  pl.count_request();
   const Choice c = pl.choose(want);
   if (c.ok) {
     const size_t fresh = want - c.covered;
@@ -440,6 +475,14 @@ size_t release_cached() {
   return pl.evict_highest_while(0);
 }
 
+AvailableProbe set_available_probe_for_testing(AvailableProbe probe) {
+  Pool& pl = pool();
+  std::lock_guard<std::mutex> lk(pl.mu);
+  AvailableProbe old = pl.available;
+  pl.available = probe;
+  return old;
+}
+
 size_t set_cap_for_testing(size_t cap_bytes) {
   Pool& pl = pool();
   std::lock_guard<std::mutex> lk(pl.mu);
@@ -447,6 +490,7 @@ size_t set_cap_for_testing(size_t cap_bytes) {
   pl.cap = cap_bytes;
   pl.evict_highest_while(cap_bytes);
   pl.s.live_peak = pl.s.live_bytes;
+  pl.reset_window();
   return old;
 }
 

@@ -15,13 +15,18 @@
 //    is the one that covers the most resident free bytes (then the tightest
 //    fit), so pages that are already faulted in are used before fresh ones;
 //  - the cache is bounded: at most the cap (MOE_ALLOC_CACHE_MIB, default a
-//    quarter of physical memory), and whenever a request needs fresh pages, at
-//    most what keeps live + cached within kFootprintSlack of the high-water mark
-//    of live bytes. Resident free pages are given back with madvise(DONTNEED),
-//    from the top of the arena down (placement looks low first, so the arena
-//    stays compact at its bottom); their address range stays reserved. A
-//    request that needs fresh pages when the machine's available memory
-//    (MemAvailable) is short gives the whole cache back first.
+//    quarter of physical memory), and at most what keeps live + cached within
+//    kFootprintSlack of the recent high-water mark of live bytes: the highest
+//    live bytes over the last kWindowEpochs closed epochs of kEpochRequests
+//    large requests each and the current one. The bound is applied whenever a
+//    request needs fresh pages and whenever an epoch closes (the window's peak
+//    can only fall then), so a process that moves to smaller shapes gives the
+//    larger ones' pages back within a window of requests. Resident free pages
+//    are given back with madvise(DONTNEED), from the top of the arena down
+//    (placement looks low first, so the arena stays compact at its bottom);
+//    their address range stays reserved. A request that needs fresh pages
+//    when the machine's available memory (MemAvailable) is short gives the
+//    whole cache back first.
 //  - Where the arena cannot be reserved or is full, a block is its own mapping,
 //    unmapped when released (not cached).
 // MOE_ALLOC_CACHE_MIB is a whole number of MiB (anything else fails the first
@@ -41,6 +46,10 @@ inline constexpr size_t kLargeBytes = size_t(1) << 20;
 inline constexpr size_t kHugeBytes = size_t(16) << 20;
 inline constexpr size_t kHugePage = size_t(2) << 20;
 inline constexpr double kFootprintSlack = 0.25;
+// The footprint bound's window: kWindowEpochs epochs of kEpochRequests large
+// requests (docs/architecture.md §7 for why these sizes).
+inline constexpr size_t kEpochRequests = 64;
+inline constexpr size_t kWindowEpochs = 16;
 
 // `bytes` is a multiple of `align` (<= 4096). Returns nullptr when out of memory.
 void* acquire(size_t bytes, size_t align);
@@ -51,7 +60,8 @@ struct Stats {
   size_t cap_bytes = 0;      // bound on cached_bytes (0: the large path is off)
   size_t arena_bytes = 0;    // address space reserved for large blocks (0: none)
   size_t live_bytes = 0;     // bytes of large blocks in use (their size classes)
-  size_t live_peak = 0;      // high-water mark of live_bytes
+  size_t live_peak = 0;      // high-water mark of live_bytes (the process's, or since set_cap_for_testing)
+  size_t window_peak = 0;    // ... over the footprint bound's window of recent requests
   size_t cached_bytes = 0;   // resident bytes of free arena spans, kept for reuse
   size_t cached_blocks = 0;  // resident free extents (after coalescing)
   uint64_t hits = 0;         // large requests served wholly from resident free pages
@@ -68,8 +78,17 @@ Stats stats();
 size_t release_cached();
 
 // Tests: replaces the cap (bytes; 0 turns the large path off for blocks
-// acquired from now on) and resets live_peak to live_bytes. Returns the old cap.
+// acquired from now on) and resets live_peak and the window to live_bytes.
+// Returns the old cap.
 size_t set_cap_for_testing(size_t cap_bytes);
+
+// Test hook: replaces the probe of the machine's available memory that the
+// pressure path reads (by default MemAvailable from /proc/meminfo, in bytes;
+// SIZE_MAX where unknown). nullptr restores the default. Returns the previous
+// probe (nullptr for the default). The probe is called with the allocator's
+// lock held: it must not allocate through this allocator.
+using AvailableProbe = size_t (*)();
+AvailableProbe set_available_probe_for_testing(AvailableProbe probe);
 
 // The size class of a large request (exposed for the tests).
 size_t size_class(size_t bytes);

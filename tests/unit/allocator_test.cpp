@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cstdint>
 #include <cstring>
 #include <deque>
 #include <mutex>
@@ -63,12 +64,14 @@ TEST(Allocator, SizeClassesRoundUpByAtMostASixteenth) {
   EXPECT_EQ(alloc::size_class(1000), 1000u);  // small requests are not large-path classes
 }
 
-// The bytes a request takes (its class, with the allocator's ASan redzone).
+// The bytes a request takes (its class, with the allocator's ASan redzone; whole huge pages from
+// kHugeBytes on).
 size_t block_bytes(size_t n) {
 #ifdef MOE_TEST_ASAN
   n += 4096;
 #endif
-  return alloc::size_class(n);
+  const size_t c = alloc::size_class(n);
+  return c >= alloc::kHugeBytes ? (c + alloc::kHugePage - 1) / alloc::kHugePage * alloc::kHugePage : c;
 }
 
 TEST(Allocator, AFreedBlockServesTheNextRequestOfItsClassOrIsSplit) {
@@ -194,6 +197,150 @@ TEST(Allocator, ChangingShapesStayWithinTheBoundAndReuseBlocks) {
   EXPECT_LE(s1.fresh_bytes - s0.fresh_bytes, 4 * s1.live_peak) << "fresh " << (s1.fresh_bytes - s0.fresh_bytes) << " evicted " << (s1.evicted_bytes - s0.evicted_bytes) << " in " << (s1.evictions - s0.evictions) << " partial " << partial << " misses " << misses << " max footprint " << max_footprint;
   // The footprint (live + cached) stays within the slack of the live high-water mark.
   EXPECT_LE(max_footprint, s1.live_peak + size_t(double(s1.live_peak) * alloc::kFootprintSlack));
+}
+
+// One "step" of `n` blocks of `bytes`, all live at once, then released.
+void step_of(int n, size_t bytes) {
+  std::vector<void*> blocks;
+  for (int i = 0; i < n; ++i) {
+    blocks.push_back(alloc::acquire(bytes, 64));
+    ASSERT_NE(blocks.back(), nullptr);
+    static_cast<char*>(blocks.back())[bytes - 1] = 1;
+  }
+  for (void* p : blocks) alloc::release(p, bytes);
+}
+
+// The footprint bound follows the live peak of a recent window of requests:
+// after a large phase, a small phase keeps the large pages while the large
+// phase is in the window (a large step that comes back is all hits), and
+// gives them back once it has left the window (live + cached within the bound
+// of the small phase alone); a large step afterwards still works, on fresh
+// pages.
+TEST(Allocator, TheFootprintBoundFollowsTheRecentPeak) {
+  CapScope scope(1024 * kMiB);
+  const size_t large = 32 * kMiB, small = 2 * kMiB;
+  constexpr int kLargeN = 5, kSmallN = 4;
+  const size_t window = (alloc::kWindowEpochs + 1) * alloc::kEpochRequests;  // requests, at most
+  for (int i = 0; i < 3; ++i) step_of(kLargeN, large);
+  const alloc::Stats s0 = alloc::stats();
+  const size_t large_peak = kLargeN * block_bytes(large), small_peak = kSmallN * block_bytes(small);
+  ASSERT_EQ(s0.window_peak, large_peak);
+  ASSERT_GE(s0.cached_bytes, large_peak);
+  // Small steps for less than half a window, then the large step again: it is still cached.
+  const int within = int(window / 2 / kSmallN);
+  for (int i = 0; i < within; ++i) step_of(kSmallN, small);
+  EXPECT_GE(alloc::stats().cached_bytes, large_peak);
+  step_of(kLargeN, large);
+  const alloc::Stats s1 = alloc::stats();
+  EXPECT_EQ(s1.hits - s0.hits, uint64_t(within * kSmallN + kLargeN));
+  EXPECT_EQ(s1.fresh_bytes, s0.fresh_bytes);
+  EXPECT_EQ(s1.evictions, s0.evictions);
+  // Two windows of small steps: the large pages are given back (at the latest a window and an epoch
+  // after the large step; the footprint is checked in the last half window).
+  const int beyond = int(2 * window / kSmallN);
+  size_t max_footprint_late = 0;
+  for (int i = 0; i < beyond; ++i) {
+    step_of(kSmallN, small);
+    const alloc::Stats s = alloc::stats();
+    if (i >= beyond * 3 / 4) max_footprint_late = std::max(max_footprint_late, s.live_bytes + s.cached_bytes);
+  }
+  const alloc::Stats s2 = alloc::stats();
+  const size_t small_bound = small_peak + size_t(double(small_peak) * alloc::kFootprintSlack);
+  EXPECT_EQ(s2.window_peak, small_peak);
+  EXPECT_EQ(s2.live_peak, large_peak) << "the all-time peak is kept for the reports";
+  EXPECT_LE(s2.live_bytes + s2.cached_bytes, small_bound);
+  EXPECT_LE(max_footprint_late, small_bound);
+  EXPECT_GT(s2.cached_bytes, 0u) << "the small phase's own pages stay";
+  EXPECT_GE(s2.evicted_bytes - s1.evicted_bytes, large_peak - small_bound);
+  // The small phase ran on resident pages throughout: its steps are hits.
+  EXPECT_EQ(s2.hits - s1.hits, uint64_t(beyond * kSmallN));
+  EXPECT_EQ(s2.fresh_bytes, s1.fresh_bytes);
+  // The large shapes come back: fresh pages, and a new window peak.
+  step_of(kLargeN, large);
+  const alloc::Stats s3 = alloc::stats();
+  EXPECT_GT(s3.fresh_bytes, s2.fresh_bytes);
+  EXPECT_EQ(s3.window_peak, large_peak);
+}
+
+// The pressure path reads the machine's available memory through this probe
+// (alloc::set_available_probe_for_testing) while a test runs.
+std::atomic<size_t> fake_available_bytes{SIZE_MAX};
+std::atomic<int> fake_probes{0};
+size_t fake_available() {
+  ++fake_probes;
+  return fake_available_bytes.load();
+}
+
+class AvailableScope {
+ public:
+  AvailableScope() { old_ = alloc::set_available_probe_for_testing(fake_available); }
+  ~AvailableScope() { alloc::set_available_probe_for_testing(old_); }
+
+ private:
+  alloc::AvailableProbe old_;
+};
+
+// A request that needs fresh pages while MemAvailable is short gives the whole
+// cache back first (its own resident pages are used, not given back); with
+// memory to spare the same kind of request keeps the cache. Allocation goes on
+// working afterwards, on fresh (zeroed) pages.
+TEST(Allocator, ShortAvailableMemoryGivesTheCacheBack) {
+  CapScope scope(512 * kMiB);
+  AvailableScope probe;
+  fake_available_bytes = size_t(1) << 50;  // plenty
+  // A live peak of 128 MiB, its pages given back: the footprint bound leaves room for the cache below.
+  void* big = alloc::acquire(128 * kMiB, 64);
+  ASSERT_NE(big, nullptr);
+  std::memset(big, 1, 128 * kMiB);
+  alloc::release(big, 128 * kMiB);
+  alloc::release_cached();
+  // a, b, c side by side; a and c released: two resident extents, b live between them.
+  auto* a = static_cast<unsigned char*>(alloc::acquire(16 * kMiB, 64));
+  auto* b = static_cast<unsigned char*>(alloc::acquire(16 * kMiB, 64));
+  auto* c = static_cast<unsigned char*>(alloc::acquire(16 * kMiB, 64));
+  ASSERT_TRUE(a && b && c);
+  ASSERT_LT(a, b);
+  ASSERT_LT(b, c);
+  for (unsigned char* p : {a, b, c}) std::memset(p, 7, 16 * kMiB);
+  alloc::release(a, 16 * kMiB);
+  alloc::release(c, 16 * kMiB);
+  ASSERT_EQ(alloc::stats().cached_bytes, 2 * block_bytes(16 * kMiB));
+  // Memory to spare: 40 MiB take c's pages and 24 fresh ones; a's stay cached.
+  const alloc::Stats s0 = alloc::stats();
+  fake_probes = 0;
+  void* d = alloc::acquire(40 * kMiB, 64);
+  ASSERT_EQ(d, c);
+  const alloc::Stats s1 = alloc::stats();
+  EXPECT_GT(fake_probes.load(), 0) << "a request with fresh pages must look at the available memory";
+  EXPECT_EQ(s1.partial - s0.partial, 1u);
+  EXPECT_EQ(s1.cached_bytes, block_bytes(16 * kMiB));
+  EXPECT_EQ(s1.evictions, s0.evictions);
+  std::memset(d, 2, 40 * kMiB);
+  alloc::release(d, 40 * kMiB);
+  // Memory short: 64 MiB take d's resident pages and fresh ones, and the rest of the cache (a's) goes.
+  fake_available_bytes = 0;
+  auto* e = static_cast<unsigned char*>(alloc::acquire(64 * kMiB, 64));
+  ASSERT_EQ(e, c);
+  const alloc::Stats s2 = alloc::stats();
+  EXPECT_EQ(s2.cached_bytes, 0u);
+  EXPECT_EQ(s2.cached_blocks, 0u);
+  EXPECT_GT(s2.evictions, s1.evictions);
+  EXPECT_EQ(s2.evicted_bytes - s1.evicted_bytes, block_bytes(16 * kMiB));
+  EXPECT_EQ(e[0], 2) << "the request's own resident pages are used, not given back";
+  std::memset(e, 3, 64 * kMiB);
+  EXPECT_EQ(e[64 * kMiB - 1], 3);
+  // Still short, nothing cached: the next request takes a's place on fresh pages and works.
+  auto* f = static_cast<unsigned char*>(alloc::acquire(16 * kMiB, 64));
+  ASSERT_EQ(f, a);
+  EXPECT_EQ(f[0], 0) << "given back: the kernel's zero pages, not the old bytes";
+  std::memset(f, 4, 16 * kMiB);
+  EXPECT_EQ(f[16 * kMiB - 1], 4);
+  EXPECT_EQ(b[0], 7);  // the live block between them is untouched
+  EXPECT_EQ(alloc::stats().misses, s2.misses + 1);
+  alloc::release(f, 16 * kMiB);
+  alloc::release(e, 64 * kMiB);
+  alloc::release(b, 16 * kMiB);
+  fake_available_bytes = SIZE_MAX;
 }
 
 TEST(Allocator, TheCacheNeverHoldsMoreThanItsCap) {
