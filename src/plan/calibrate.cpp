@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <thread>
@@ -127,6 +128,101 @@ double sync_skew_s(Communicator& world) {
   return median(t);
 }
 
+// Contention of ranks that share cores (rates.h, Contention), measured with the engine's own
+// compute between the collectives: every rank steps the forward of a one-rank layer (the first
+// shape at 16 tokens, one pool thread) k = 0, 1, 2, 4, 8 times, then a 16-byte all-to-all; the
+// all-to-all's time less its α is the wait after that much compute. Then the side engine: a polled
+// all-to-all of one chunk's rows (64 tokens) submitted after a barrier, waited for at once (the
+// compute thread idle) or after four forwards (busy); the difference is side_busy. Each number is
+// the max over ranks of the rank's median (moe bench --dist reports the max over ranks).
+Contention contention_probe(const CalibrateOptions& o, Communicator& world, double alpha_s, int iters) {
+  const int W = world.size();
+  LayerShape L = o.shapes.front();
+  L.T = std::min<int64_t>(L.T, 16);
+  const char* yaml = "num_experts: 8\nnum_experts_per_tok: 2\nemb_dim: 64\nmoe_mlp_dim: 32\n";
+  Config cfg =
+      parse_config(yaml, "<moe plan --calibrate>",
+                   {"num_experts=" + std::to_string(L.E), "num_experts_per_tok=" + std::to_string(L.K),
+                    "emb_dim=" + std::to_string(L.D), "moe_mlp_dim=" + std::to_string(L.F),
+                    std::string("dtype=") + dtype_name(L.dtype),
+                    std::string("weight_dtype=") + dtype_name(L.weight_dtype)})
+          .config;
+  std::unique_ptr<Communicator> self = make_single_process_comm();
+  Mesh mesh(*self, MeshShape{});
+  DistLayer layer(cfg, mesh, false, nullptr);
+  LayerWeights w = layer.shard(init_weights(cfg, 1));
+  bench::Case c;
+  c.name = "contention", c.T = L.T, c.D = L.D, c.F = L.F, c.E = L.E, c.K = L.K, c.seed = 1;
+  bench::CaseInputs in = bench::case_inputs(c, uint64_t(world.rank()) + 1);
+  auto work = [&](int k) {
+    for (int i = 0; i < k; ++i) {
+      LayerOutputs out;
+      layer.forward(w, in.x, nullptr, out);
+    }
+  };
+  auto max_over_ranks = [&](double v) {
+    std::vector<double> all(size_t(W), 0.0);
+    world.all_gather(&v, all.data(), sizeof v);
+    return *std::max_element(all.begin(), all.end());
+  };
+  std::vector<char> send(size_t(8 * W), 1), recv(send.size());
+  const A2ALayout tiny = A2ALayout::uniform(W, 8);
+  Contention ct;
+  ct.ranks_per_core = double(W) / std::max(1u, std::thread::hardware_concurrency());
+  std::string curve;
+  for (int k : {0, 1, 2, 4, 8}) {
+    std::vector<double> cw, tw;
+    for (int i = 0; i <= iters; ++i) {
+      world.barrier();
+      const double t0 = bench::now_ms();
+      work(k);
+      const double t1 = bench::now_ms();
+      world.all_to_allv(send.data(), recv.data(), tiny, 1);
+      const double t2 = bench::now_ms();
+      if (i > 0) cw.push_back((t1 - t0) * 1e-3), tw.push_back((t2 - t1) * 1e-3);
+    }
+    const double cs = max_over_ranks(median(cw)), ts = max_over_ranks(median(tw));
+    curve += " " + std::to_string(cs * 1e3).substr(0, 6) + " ms: " + std::to_string(ts * 1e3).substr(0, 6) + ";";
+    if (!ct.compute_s.empty() && cs <= ct.compute_s.back()) continue;  // keep the points ascending
+    ct.compute_s.push_back(cs);
+    ct.wait_s.push_back(std::max(ts - alpha_s * (W - 1), 0.0));
+  }
+  // Side engine: a polled all-to-all of one chunk's rows (T·K rows of D), compute thread idle or busy.
+  std::unique_ptr<Communicator> polite = world.split(0, world.rank());
+  polite->set_polite_waits(true);
+  SideEngine side(1);
+  const int64_t block = std::max<int64_t>(64 * L.K * L.D * int64_t(dtype_size(L.dtype)) / W, 1);
+  std::vector<char> big(size_t(block * W), 1), bigr(big.size());
+  const A2ALayout chunk = A2ALayout::uniform(W, block);
+  double side_s[2] = {0, 0};
+  for (int busy = 0; busy < 2; ++busy) {
+    std::vector<double> d;
+    for (int i = 0; i <= iters; ++i) {
+      world.barrier();
+      double ts0 = 0, ts1 = 0;
+      Event e = side.submit("contention probe", [&] {
+        ts0 = bench::now_ms();
+        polite->all_to_allv(big.data(), bigr.data(), chunk, 1);
+        ts1 = bench::now_ms();
+      });
+      if (busy) work(4);
+      e.wait();
+      if (i > 0) d.push_back((ts1 - ts0) * 1e-3);
+    }
+    side_s[busy] = max_over_ranks(median(d));
+  }
+  ct.side_busy_s = std::max(side_s[1] - side_s[0], 0.0);
+  if (o.log && world.rank() == 0) {
+    char b[256];
+    std::snprintf(b, sizeof b,
+                  "; side engine's all-to-all of %lld B per peer: %.3f ms idle, %.3f ms busy -> side_busy %.1f us",
+                  (long long)block, side_s[0] * 1e3, side_s[1] * 1e3, ct.side_busy_s * 1e6);
+    o.log("  contention at " + std::to_string(ct.ranks_per_core).substr(0, 4) +
+          " ranks per core: a 16 B all-to-all after compute of" + curve + b);
+  }
+  return ct;
+}
+
 void intra_link(Rates& r, Communicator& world) {
   if (world.size() < 2) {
     r.intra.bw_Bps = r.memcpy_gbps * 1e9 / 4;  // MPI's shared memory: two copies (in and out) per byte
@@ -152,8 +248,13 @@ void intra_link(Rates& r, Communicator& world) {
 
 Rates calibrate(const CalibrateOptions& o, Communicator& world) {
   Rates r;
-  if (world.size() > 1) {  // under mpirun: the link only (the kernels are measured by one process alone)
+  if (world.size() > 1) {  // under mpirun: the link and the contention (the kernels: one process alone)
     intra_link(r, world);
+    ThreadPool& pool = ThreadPool::compute();
+    const int threads = pool.size();
+    pool.resize(1);  // one pool thread per rank, as moe bench --dist runs under MOE_NUM_THREADS=1
+    if (!o.shapes.empty()) r.contention.push_back(contention_probe(o, world, r.intra.lat_s, std::max(3 * o.iters, 15)));
+    pool.resize(threads);
     return r;
   }
   if (o.shapes.empty()) fail("moe plan --calibrate: no layer shape to measure");
