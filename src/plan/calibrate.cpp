@@ -167,8 +167,34 @@ Contention contention_probe(const CalibrateOptions& o, Communicator& world, doub
   };
   std::vector<char> send(size_t(8 * W), 1), recv(send.size());
   const A2ALayout tiny = A2ALayout::uniform(W, 8);
+  std::unique_ptr<Communicator> polite = world.split(0, world.rank());
+  polite->set_polite_waits(true);
   Contention ct;
   ct.ranks_per_core = double(W) / std::max(1u, std::thread::hardware_concurrency());
+  // Compute slowdown: two forwards on rank 0 alone (the others sleep in a polled all-gather), then
+  // on every rank at once; the ratio to what the time slices alone give (max(1, ranks per core)).
+  auto timed_block = [&](std::vector<double>& t) {
+    const double t0 = bench::now_ms();
+    work(2);
+    t.push_back((bench::now_ms() - t0) * 1e-3);
+  };
+  std::vector<double> alone, together;
+  double alone_s = 0;
+  if (world.rank() == 0)
+    for (int i = 0; i <= iters; ++i) timed_block(alone);
+  if (world.rank() == 0) alone.erase(alone.begin()), alone_s = median(alone);
+  {
+    std::vector<double> all(size_t(W), 0.0);
+    polite->all_gather(&alone_s, all.data(), sizeof alone_s);
+    alone_s = all[0];
+  }
+  for (int i = 0; i <= iters; ++i) {
+    world.barrier();
+    timed_block(together);
+  }
+  together.erase(together.begin());
+  const double together_s = max_over_ranks(median(together));
+  ct.compute_slowdown = std::max(together_s / (alone_s * std::max(1.0, ct.ranks_per_core)), 1.0);
   std::string curve;
   for (int k : {0, 1, 2, 4, 8}) {
     std::vector<double> cw, tw;
@@ -188,8 +214,6 @@ Contention contention_probe(const CalibrateOptions& o, Communicator& world, doub
     ct.wait_s.push_back(std::max(ts - alpha_s * (W - 1), 0.0));
   }
   // Side engine: a polled all-to-all of one chunk's rows (T·K rows of D), compute thread idle or busy.
-  std::unique_ptr<Communicator> polite = world.split(0, world.rank());
-  polite->set_polite_waits(true);
   SideEngine side(1);
   const int64_t block = std::max<int64_t>(64 * L.K * L.D * int64_t(dtype_size(L.dtype)) / W, 1);
   std::vector<char> big(size_t(block * W), 1), bigr(big.size());
@@ -217,8 +241,10 @@ Contention contention_probe(const CalibrateOptions& o, Communicator& world, doub
     std::snprintf(b, sizeof b,
                   "; side engine's all-to-all of %lld B per peer: %.3f ms idle, %.3f ms busy -> side_busy %.1f us",
                   (long long)block, side_s[0] * 1e3, side_s[1] * 1e3, ct.side_busy_s * 1e6);
-    o.log("  contention at " + std::to_string(ct.ranks_per_core).substr(0, 4) +
-          " ranks per core: a 16 B all-to-all after compute of" + curve + b);
+    o.log("  contention at " + std::to_string(ct.ranks_per_core).substr(0, 4) + " ranks per core: compute " +
+          std::to_string(together_s * 1e3).substr(0, 6) + " ms on every rank, " +
+          std::to_string(alone_s * 1e3).substr(0, 6) + " ms alone -> slowdown " +
+          std::to_string(ct.compute_slowdown).substr(0, 5) + "; a 16 B all-to-all after compute of" + curve + b);
   }
   return ct;
 }
@@ -318,6 +344,9 @@ Rates calibrate(const CalibrateOptions& o, Communicator& world) {
   pool.resize(full);
   r.side_op_overhead_us = side_handoff_us();
   intra_link(r, world);
+  Contention alone;  // one rank on the machine: the rates above, no waits
+  alone.ranks_per_core = 1.0 / std::max(1u, std::thread::hardware_concurrency());
+  r.set_contention(alone);
   r.comm_cpu_ns_per_byte = 1.3;  // not measured here: docs/benchmarks.md's TCP probe, 2.7 core-ms per 2.1 MB
   const unsigned hc = std::thread::hardware_concurrency();
   r.machine =

@@ -64,9 +64,9 @@ double Contention::wait_after(double c) const {
 namespace {
 // f over the rows at ranks per core x: linear between rows, from 0 at x = 0, the last row beyond.
 template <class F>
-double over_rows(const std::vector<Contention>& rows, double x, F f) {
-  if (rows.empty() || x <= 0) return 0;
-  double x0 = 0, y0 = 0;
+double over_rows(const std::vector<Contention>& rows, double x, F f, double at_zero = 0) {
+  if (rows.empty() || x <= 0) return at_zero;
+  double x0 = 0, y0 = at_zero;
   for (const Contention& row : rows) {
     const double y1 = f(row);
     if (x <= row.ranks_per_core) return y0 + (x - x0) / (row.ranks_per_core - x0) * (y1 - y0);
@@ -82,6 +82,10 @@ double Rates::wait_at(double rpc, double c) const {
 
 double Rates::side_busy_at(double rpc) const {
   return over_rows(contention, rpc, [](const Contention& row) { return row.side_busy_s; });
+}
+
+double Rates::compute_slowdown_at(double rpc) const {
+  return over_rows(contention, rpc, [](const Contention& row) { return row.compute_slowdown; }, 1.0);
 }
 
 void Rates::set_contention(const Contention& c) {
@@ -125,7 +129,9 @@ std::string rates_json(const Rates& r) {
   j["comm_cpu_ns_per_byte"] = r.comm_cpu_ns_per_byte;
   j["contention"] = nlohmann::json::array();
   for (const Contention& c : r.contention) {
-    nlohmann::json row = {{"ranks_per_core", c.ranks_per_core}, {"side_busy_us", c.side_busy_s * 1e6}};
+    nlohmann::json row = {{"ranks_per_core", c.ranks_per_core},
+                          {"side_busy_us", c.side_busy_s * 1e6},
+                          {"compute_slowdown", c.compute_slowdown}};
     row["compute_us"] = nlohmann::json::array();
     row["wait_us"] = nlohmann::json::array();
     for (size_t i = 0; i < c.compute_s.size(); ++i)
@@ -206,10 +212,10 @@ Rates parse_rates(const std::string& text, const std::string& where) {
       Contention row;
       row.ranks_per_core = positive(c, "ranks_per_core", at);
       row.side_busy_s = positive(c, "side_busy_us", at, true) * 1e-6;
+      row.compute_slowdown = c.contains("compute_slowdown") ? positive(c, "compute_slowdown", at) : 1.0;
       for (const char* key : {"compute_us", "wait_us"})
-        if (!c.contains(key) || !c[key].is_array() || c[key].size() != c["compute_us"].size() ||
-            c[key].empty())
-          fail(at, ": fields 'compute_us' and 'wait_us' must be lists of the same non-zero length");
+        if (!c.contains(key) || !c[key].is_array() || c[key].size() != c["compute_us"].size())
+          fail(at, ": fields 'compute_us' and 'wait_us' must be lists of the same length");
       for (size_t k = 0; k < c["compute_us"].size(); ++k) {
         const nlohmann::json pt = {{"compute_us", c["compute_us"][k]}, {"wait_us", c["wait_us"][k]}};
         const std::string ak = at + ": point " + std::to_string(k);

@@ -29,11 +29,14 @@ struct GemmPoint {
 // linear between the measured points (compute_s[i], wait_s[i]), the last one beyond them.
 // A polled side-engine collective waits up to side_busy_s longer while its rank's compute thread
 // computes (its worker sleeps between polls and must get a core); less when the compute thread
-// blocks earlier (then the worker runs at once).
+// blocks earlier (then the worker runs at once). The ranks' compute itself runs compute_slowdown
+// times slower than one rank alone at its share of the cores (memory bandwidth, caches, clocks).
+// `moe plan --calibrate` of one process writes the row of one rank on the machine (no waits, 1).
 struct Contention {
   double ranks_per_core = 0;
   std::vector<double> compute_s, wait_s;  // ascending compute_s
   double side_busy_s = 0;
+  double compute_slowdown = 1;
   double wait_after(double compute_s) const;
 };
 
@@ -68,6 +71,7 @@ struct Rates {
   // the last; 0 when no row was measured. side_busy_at: the same for side_busy_s.
   double wait_at(double ranks_per_core, double compute_s) const;
   double side_busy_at(double ranks_per_core) const;
+  double compute_slowdown_at(double ranks_per_core) const;  // 1 at 0 ranks per core
   // Adds a measured row, replacing one at the same ranks per core; keeps the rows sorted.
   void set_contention(const Contention& c);
 };

@@ -119,12 +119,15 @@ class Sim {
   void wait(const Ev& e) {
     double ready = e.ready;
     if (e.side >= 0) {
-      // The compute thread blocks from now: the op (and every one before it) needs no more than its cost.
+      // The compute thread blocks from now, and the worker gets a core: the op (and every one before
+      // it) ends when its own cost is done and the slowest member has arrived too (the same wait for
+      // the slowest member as an inline collective's), or as it would have anyway if that is sooner.
+      const double slowest = t_ + cm_.wait(t_ - synced_);
       for (size_t i = 0; i <= size_t(e.side); ++i) {
         SideIv& s = side_[i];
-        const double own = s.start + s.dur;
-        if (s.end > t_ && s.end > own) {
-          s.busy = std::max(0.0, std::max(own, t_) - own);
+        const double own = s.start + s.dur, cut = std::max(own, slowest);
+        if (cut < s.end) {
+          s.busy = cut - own;
           retime(i);
         }
       }
@@ -213,7 +216,9 @@ struct Step {
 Step make_step(const LayerShape& L, const Layout& lay, const Cluster& cl, const Rates& r, Sim& sim) {
   Step s{L, lay, cl, r, sim, 1, 2, 4, {}, {}, {}, {}, {}, {}, 1, 1, 1, 1};
   const int threads = cl.threads > 0 ? cl.threads : std::max(1, int(std::floor(cl.cores_per_rank())));
-  s.speed = r.speed(cl.cores_per_rank(), threads);
+  // Ranks sharing cores also slow each other's compute (rates.h, Contention::compute_slowdown).
+  s.speed = r.speed(cl.cores_per_rank(), threads) /
+            r.compute_slowdown_at(cl.cores > 0 ? double(cl.ranks_per_host) / cl.cores : 0);
   s.b = double(dtype_size(L.dtype));
   s.wb = double(dtype_size(L.weight_dtype));
   s.intra = cl.intra.bw_Bps > 0 ? cl.intra : r.intra;
