@@ -208,7 +208,8 @@ Contention contention_probe(const CalibrateOptions& o, Communicator& world, doub
       if (i > 0) cw.push_back((t1 - t0) * 1e-3), tw.push_back((t2 - t1) * 1e-3);
     }
     const double cs = max_over_ranks(median(cw)), ts = max_over_ranks(median(tw));
-    curve += " " + std::to_string(cs * 1e3).substr(0, 6) + " ms: " + std::to_string(ts * 1e3).substr(0, 6) + ";";
+    curve +=
+        " " + std::to_string(cs * 1e3).substr(0, 6) + " ms: " + std::to_string(ts * 1e3).substr(0, 6) + ";";
     if (!ct.compute_s.empty() && cs <= ct.compute_s.back()) continue;  // keep the points ascending
     ct.compute_s.push_back(cs);
     ct.wait_s.push_back(std::max(ts - alpha_s * (W - 1), 0.0));
@@ -238,13 +239,15 @@ Contention contention_probe(const CalibrateOptions& o, Communicator& world, doub
   ct.side_busy_s = std::max(side_s[1] - side_s[0], 0.0);
   if (o.log && world.rank() == 0) {
     char b[256];
-    std::snprintf(b, sizeof b,
-                  "; side engine's all-to-all of %lld B per peer: %.3f ms idle, %.3f ms busy -> side_busy %.1f us",
-                  (long long)block, side_s[0] * 1e3, side_s[1] * 1e3, ct.side_busy_s * 1e6);
+    std::snprintf(
+        b, sizeof b,
+        "; side engine's all-to-all of %lld B per peer: %.3f ms idle, %.3f ms busy -> side_busy %.1f us",
+        (long long)block, side_s[0] * 1e3, side_s[1] * 1e3, ct.side_busy_s * 1e6);
     o.log("  contention at " + std::to_string(ct.ranks_per_core).substr(0, 4) + " ranks per core: compute " +
           std::to_string(together_s * 1e3).substr(0, 6) + " ms on every rank, " +
           std::to_string(alone_s * 1e3).substr(0, 6) + " ms alone -> slowdown " +
-          std::to_string(ct.compute_slowdown).substr(0, 5) + "; a 16 B all-to-all after compute of" + curve + b);
+          std::to_string(ct.compute_slowdown).substr(0, 5) + "; a 16 B all-to-all after compute of" + curve +
+          b);
   }
   return ct;
 }
@@ -279,7 +282,8 @@ Rates calibrate(const CalibrateOptions& o, Communicator& world) {
     ThreadPool& pool = ThreadPool::compute();
     const int threads = pool.size();
     pool.resize(1);  // one pool thread per rank, as moe bench --dist runs under MOE_NUM_THREADS=1
-    if (!o.shapes.empty()) r.contention.push_back(contention_probe(o, world, r.intra.lat_s, std::max(3 * o.iters, 15)));
+    if (!o.shapes.empty())
+      r.contention.push_back(contention_probe(o, world, r.intra.lat_s, std::max(3 * o.iters, 15)));
     pool.resize(threads);
     return r;
   }

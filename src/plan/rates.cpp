@@ -57,7 +57,8 @@ double Contention::wait_after(double c) const {
   if (c <= compute_s.front()) return wait_s.front();
   for (size_t i = 1; i < compute_s.size(); ++i)
     if (c <= compute_s[i])
-      return wait_s[i - 1] + (c - compute_s[i - 1]) / (compute_s[i] - compute_s[i - 1]) * (wait_s[i] - wait_s[i - 1]);
+      return wait_s[i - 1] +
+             (c - compute_s[i - 1]) / (compute_s[i] - compute_s[i - 1]) * (wait_s[i] - wait_s[i - 1]);
   return wait_s.back();
 }
 
@@ -85,7 +86,8 @@ double Rates::side_busy_at(double rpc) const {
 }
 
 double Rates::compute_slowdown_at(double rpc) const {
-  return over_rows(contention, rpc, [](const Contention& row) { return row.compute_slowdown; }, 1.0);
+  return over_rows(
+      contention, rpc, [](const Contention& row) { return row.compute_slowdown; }, 1.0);
 }
 
 void Rates::set_contention(const Contention& c) {

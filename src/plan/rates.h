@@ -58,7 +58,8 @@ struct Rates {
   bool intra_measured = false;        // false: derived from memcpy_gbps and a default latency
   double side_op_overhead_us = 0;     // hand-off of one op to the side engine and back
   double comm_cpu_ns_per_byte = 0;    // host CPU per byte sent between hosts (TCP stack)
-  std::vector<Contention> contention;  // by ranks per core; none (an older file): no contention terms
+  // By ranks per core, ascending; none (a file from before them): no contention terms.
+  std::vector<Contention> contention;
 
   // The point's GFLOP/s for (dtype, D, F, rows per expert): the nearest calibrated D·F of that
   // dtype (else any dtype), interpolated in log(rows per expert), clamped at the ends.

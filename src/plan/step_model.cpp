@@ -224,7 +224,9 @@ Step make_step(const LayerShape& L, const Layout& lay, const Cluster& cl, const 
   s.intra = cl.intra.bw_Bps > 0 ? cl.intra : r.intra;
   // The rates' sync (one wait per collective, measured at -np 2) is superseded by their contention
   // rows, which measure the wait as a function of the compute before it (Sim).
-  s.intra.sync_s = cl.sync_given ? cl.intra.sync_s : cl.hosts == 1 && r.contention.empty() ? r.intra.sync_s : 0;
+  s.intra.sync_s = cl.sync_given                           ? cl.intra.sync_s
+                   : cl.hosts == 1 && r.contention.empty() ? r.intra.sync_s
+                                                           : 0;
   s.intra.bw_Bps *= std::min(1.0, cl.cores_per_rank());  // shared-memory copies are CPU work
   s.inter = cl.inter;
   s.inter.sync_s = cl.sync_given ? cl.intra.sync_s : 0;
