@@ -26,6 +26,12 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
+double mean(const std::vector<double>& v) {
+  double s = 0;
+  for (double x : v) s += x;
+  return v.empty() ? 0 : s / double(v.size());
+}
+
 // Op name without the chunk suffix: "ffn[0]" -> "ffn".
 std::string kind_of(const std::string& name) { return name.substr(0, name.find('[')); }
 
@@ -134,7 +140,8 @@ double sync_skew_s(Communicator& world) {
 // all-to-all's time less its α is the wait after that much compute. Then the side engine: a polled
 // all-to-all of one chunk's rows (64 tokens) submitted after a barrier, waited for at once (the
 // compute thread idle) or after four forwards (busy); the difference is side_busy. Each number is
-// the max over ranks of the rank's median (moe bench --dist reports the max over ranks).
+// the max over ranks of the rank's mean: a step's exposed time sums many waits, so the occasional
+// long one (a whole time slice) counts at its rate (moe bench --dist reports the max over ranks).
 Contention contention_probe(const CalibrateOptions& o, Communicator& world, double alpha_s, int iters) {
   const int W = world.size();
   LayerShape L = o.shapes.front();
@@ -207,7 +214,7 @@ Contention contention_probe(const CalibrateOptions& o, Communicator& world, doub
       const double t2 = bench::now_ms();
       if (i > 0) cw.push_back((t1 - t0) * 1e-3), tw.push_back((t2 - t1) * 1e-3);
     }
-    const double cs = max_over_ranks(median(cw)), ts = max_over_ranks(median(tw));
+    const double cs = max_over_ranks(mean(cw)), ts = max_over_ranks(mean(tw));
     curve +=
         " " + std::to_string(cs * 1e3).substr(0, 6) + " ms: " + std::to_string(ts * 1e3).substr(0, 6) + ";";
     if (!ct.compute_s.empty() && cs <= ct.compute_s.back()) continue;  // keep the points ascending
@@ -234,7 +241,7 @@ Contention contention_probe(const CalibrateOptions& o, Communicator& world, doub
       e.wait();
       if (i > 0) d.push_back((ts1 - ts0) * 1e-3);
     }
-    side_s[busy] = max_over_ranks(median(d));
+    side_s[busy] = max_over_ranks(mean(d));
   }
   ct.side_busy_s = std::max(side_s[1] - side_s[0], 0.0);
   if (o.log && world.rank() == 0) {
@@ -283,7 +290,7 @@ Rates calibrate(const CalibrateOptions& o, Communicator& world) {
     const int threads = pool.size();
     pool.resize(1);  // one pool thread per rank, as moe bench --dist runs under MOE_NUM_THREADS=1
     if (!o.shapes.empty())
-      r.contention.push_back(contention_probe(o, world, r.intra.lat_s, std::max(3 * o.iters, 15)));
+      r.contention.push_back(contention_probe(o, world, r.intra.lat_s, std::max(5 * o.iters, 20)));
     pool.resize(threads);
     return r;
   }
