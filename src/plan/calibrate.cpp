@@ -136,13 +136,14 @@ double sync_skew_s(Communicator& world) {
 
 // Contention of ranks that share cores (rates.h, Contention), measured with the engine's own
 // compute between the collectives: every rank steps the forward of a one-rank layer (the first
-// shape at 16 tokens, one pool thread) k = 0, 1, 2, 4, 8 times, then a 16-byte all-to-all; the
-// all-to-all's time less its α is the wait after that much compute. Then the side engine: a polled
-// all-to-all of one chunk's rows (64 tokens) submitted after a barrier, waited for at once (the
-// compute thread idle) or after four forwards (busy); the difference is side_busy. Each number is
-// the max over ranks of the rank's mean: a step's exposed time sums many waits, so the occasional
-// long one (a whole time slice) counts at its rate (moe bench --dist reports the max over ranks).
-Contention contention_probe(const CalibrateOptions& o, Communicator& world, double alpha_s, int iters) {
+// shape at 16 tokens, one pool thread) k = 0, 1, 2, 4, 8 times, then an all-to-all of one chunk's
+// rows (64 tokens); its time less its time back to back (k = 0, the α–β cost) is the wait after
+// that much compute. Then the side engine: the same all-to-all, polled, submitted after a barrier,
+// waited for at once (the compute thread idle) or after four forwards (busy); the difference is
+// side_busy. Each number is the max over ranks of the rank's mean: a step's exposed time sums
+// many waits, so the occasional long one (a whole time slice) counts at its rate (moe bench
+// --dist reports the max over ranks).
+Contention contention_probe(const CalibrateOptions& o, Communicator& world, int iters) {
   const int W = world.size();
   LayerShape L = o.shapes.front();
   L.T = std::min<int64_t>(L.T, 16);
@@ -172,8 +173,10 @@ Contention contention_probe(const CalibrateOptions& o, Communicator& world, doub
     world.all_gather(&v, all.data(), sizeof v);
     return *std::max_element(all.begin(), all.end());
   };
-  std::vector<char> send(size_t(8 * W), 1), recv(send.size());
-  const A2ALayout tiny = A2ALayout::uniform(W, 8);
+  // The probe's message: one chunk's rows (64 tokens, K slots, D of dtype) per rank, as the step sends.
+  const int64_t block = std::max<int64_t>(64 * L.K * L.D * int64_t(dtype_size(L.dtype)) / W, 1);
+  std::vector<char> send(size_t(block * W), 1), recv(send.size());
+  const A2ALayout chunk = A2ALayout::uniform(W, block);
   std::unique_ptr<Communicator> polite = world.split(0, world.rank());
   polite->set_polite_waits(true);
   Contention ct;
@@ -203,6 +206,7 @@ Contention contention_probe(const CalibrateOptions& o, Communicator& world, doub
   const double together_s = max_over_ranks(median(together));
   ct.compute_slowdown = std::max(together_s / (alone_s * std::max(1.0, ct.ranks_per_core)), 1.0);
   std::string curve;
+  double back_to_back = 0;  // k = 0: the all-to-all's own cost, which the α–β terms already give
   for (int k : {0, 1, 2, 4, 8}) {
     std::vector<double> cw, tw;
     for (int i = 0; i <= iters; ++i) {
@@ -210,7 +214,7 @@ Contention contention_probe(const CalibrateOptions& o, Communicator& world, doub
       const double t0 = bench::now_ms();
       work(k);
       const double t1 = bench::now_ms();
-      world.all_to_allv(send.data(), recv.data(), tiny, 1);
+      world.all_to_allv(send.data(), recv.data(), chunk, 1);
       const double t2 = bench::now_ms();
       if (i > 0) cw.push_back((t1 - t0) * 1e-3), tw.push_back((t2 - t1) * 1e-3);
     }
@@ -219,13 +223,13 @@ Contention contention_probe(const CalibrateOptions& o, Communicator& world, doub
         " " + std::to_string(cs * 1e3).substr(0, 6) + " ms: " + std::to_string(ts * 1e3).substr(0, 6) + ";";
     if (!ct.compute_s.empty() && cs <= ct.compute_s.back()) continue;  // keep the points ascending
     ct.compute_s.push_back(cs);
-    ct.wait_s.push_back(std::max(ts - alpha_s * (W - 1), 0.0));
+    if (k == 0) back_to_back = ts;
+    ct.wait_s.push_back(std::max(ts - back_to_back, 0.0));
   }
   // Side engine: a polled all-to-all of one chunk's rows (T·K rows of D), compute thread idle or busy.
   SideEngine side(1);
-  const int64_t block = std::max<int64_t>(64 * L.K * L.D * int64_t(dtype_size(L.dtype)) / W, 1);
-  std::vector<char> big(size_t(block * W), 1), bigr(big.size());
-  const A2ALayout chunk = A2ALayout::uniform(W, block);
+  std::vector<char>& big = send;
+  std::vector<char>& bigr = recv;
   double side_s[2] = {0, 0};
   for (int busy = 0; busy < 2; ++busy) {
     std::vector<double> d;
@@ -253,7 +257,7 @@ Contention contention_probe(const CalibrateOptions& o, Communicator& world, doub
     o.log("  contention at " + std::to_string(ct.ranks_per_core).substr(0, 4) + " ranks per core: compute " +
           std::to_string(together_s * 1e3).substr(0, 6) + " ms on every rank, " +
           std::to_string(alone_s * 1e3).substr(0, 6) + " ms alone -> slowdown " +
-          std::to_string(ct.compute_slowdown).substr(0, 5) + "; a 16 B all-to-all after compute of" + curve +
+          std::to_string(ct.compute_slowdown).substr(0, 5) + "; a chunk's all-to-all after compute of" + curve +
           b);
   }
   return ct;
@@ -290,7 +294,7 @@ Rates calibrate(const CalibrateOptions& o, Communicator& world) {
     const int threads = pool.size();
     pool.resize(1);  // one pool thread per rank, as moe bench --dist runs under MOE_NUM_THREADS=1
     if (!o.shapes.empty())
-      r.contention.push_back(contention_probe(o, world, r.intra.lat_s, std::max(5 * o.iters, 20)));
+      r.contention.push_back(contention_probe(o, world, std::max(5 * o.iters, 20)));
     pool.resize(threads);
     return r;
   }
