@@ -1,6 +1,8 @@
 #!/bin/bash
 # moe plan's validation on this machine (docs/distributed.md, "Model of scale"): calibrate, then
-# measure the `moe bench --dist` variants on 1, 2 and 4 ranks back to back, then predict each with
+# measure the `moe bench --dist` variants on 1, 2 and 4 ranks back to back (the calibration under
+# mpirun -np 2 and -np 4 adds the shared-memory link and the contention of 1 and 2 ranks per core),
+# then predict each with
 # `moe plan --bench-variant` on the matching cluster (2 cores, N ranks, one pool thread per rank)
 # and print the table of predicted against measured step times.
 # Usage: scripts/plan_validate.sh [OUT_DIR] [ITERS]     (build/moe must exist)
@@ -16,6 +18,7 @@ CORES=$(nproc)
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)" | tee "$OUT/load.txt"
 $MOE plan --calibrate --out "$OUT/rates.json" --iters 5
 $MPI -np 2 $MOE plan --calibrate --rates "$OUT/rates.json" --out "$OUT/rates.json"
+$MPI -np 4 $MOE plan --calibrate --rates "$OUT/rates.json" --out "$OUT/rates.json"
 echo "load after calibration: $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$OUT/load.txt"
 B="bench --dist --iters $ITERS --warmup 2"
 MOE_NUM_THREADS=1 $MOE $B --variant compute_only_ep2_chunks4 --json "$OUT/m_np1_t1.json"

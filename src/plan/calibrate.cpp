@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <thread>
@@ -23,6 +24,12 @@ double median(std::vector<double> v) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
+}
+
+double mean(const std::vector<double>& v) {
+  double s = 0;
+  for (double x : v) s += x;
+  return v.empty() ? 0 : s / double(v.size());
 }
 
 // Op name without the chunk suffix: "ffn[0]" -> "ffn".
@@ -127,6 +134,135 @@ double sync_skew_s(Communicator& world) {
   return median(t);
 }
 
+// Contention of ranks that share cores (rates.h, Contention), measured with the engine's own
+// compute between the collectives: every rank steps the forward of a one-rank layer (the first
+// shape at 16 tokens, one pool thread) k = 0, 1, 2, 4, 8 times, then an all-to-all of one chunk's
+// rows (64 tokens); its time less its time back to back (k = 0, the α–β cost) is the wait after
+// that much compute. Then the side engine: the same all-to-all, polled, submitted after a barrier,
+// waited for at once (the compute thread idle) or after four forwards (busy); the difference is
+// side_busy. Each number is the max over ranks of the rank's mean: a step's exposed time sums
+// many waits, so the occasional long one (a whole time slice) counts at its rate (moe bench
+// --dist reports the max over ranks).
+Contention contention_probe(const CalibrateOptions& o, Communicator& world, int iters) {
+  const int W = world.size();
+  LayerShape L = o.shapes.front();
+  L.T = std::min<int64_t>(L.T, 16);
+  const char* yaml = "num_experts: 8\nnum_experts_per_tok: 2\nemb_dim: 64\nmoe_mlp_dim: 32\n";
+  Config cfg =
+      parse_config(yaml, "<moe plan --calibrate>",
+                   {"num_experts=" + std::to_string(L.E), "num_experts_per_tok=" + std::to_string(L.K),
+                    "emb_dim=" + std::to_string(L.D), "moe_mlp_dim=" + std::to_string(L.F),
+                    std::string("dtype=") + dtype_name(L.dtype),
+                    std::string("weight_dtype=") + dtype_name(L.weight_dtype)})
+          .config;
+  std::unique_ptr<Communicator> self = make_single_process_comm();
+  Mesh mesh(*self, MeshShape{});
+  DistLayer layer(cfg, mesh, false, nullptr);
+  LayerWeights w = layer.shard(init_weights(cfg, 1));
+  bench::Case c;
+  c.name = "contention", c.T = L.T, c.D = L.D, c.F = L.F, c.E = L.E, c.K = L.K, c.seed = 1;
+  bench::CaseInputs in = bench::case_inputs(c, uint64_t(world.rank()) + 1);
+  auto work = [&](int k) {
+    for (int i = 0; i < k; ++i) {
+      LayerOutputs out;
+      layer.forward(w, in.x, nullptr, out);
+    }
+  };
+  auto max_over_ranks = [&](double v) {
+    std::vector<double> all(size_t(W), 0.0);
+    world.all_gather(&v, all.data(), sizeof v);
+    return *std::max_element(all.begin(), all.end());
+  };
+  // The probe's message: one chunk's rows (64 tokens, K slots, D of dtype) per rank, as the step sends.
+  const int64_t block = std::max<int64_t>(64 * L.K * L.D * int64_t(dtype_size(L.dtype)) / W, 1);
+  std::vector<char> send(size_t(block * W), 1), recv(send.size());
+  const A2ALayout chunk = A2ALayout::uniform(W, block);
+  std::unique_ptr<Communicator> polite = world.split(0, world.rank());
+  polite->set_polite_waits(true);
+  Contention ct;
+  ct.ranks_per_core = double(W) / std::max(1u, std::thread::hardware_concurrency());
+  // Compute slowdown: two forwards on rank 0 alone (the others sleep in a polled all-gather), then
+  // on every rank at once; the ratio to what the time slices alone give (max(1, ranks per core)).
+  auto timed_block = [&](std::vector<double>& t) {
+    const double t0 = bench::now_ms();
+    work(2);
+    t.push_back((bench::now_ms() - t0) * 1e-3);
+  };
+  std::vector<double> alone, together;
+  double alone_s = 0;
+  if (world.rank() == 0)
+    for (int i = 0; i <= iters; ++i) timed_block(alone);
+  if (world.rank() == 0) alone.erase(alone.begin()), alone_s = median(alone);
+  {
+    std::vector<double> all(size_t(W), 0.0);
+    polite->all_gather(&alone_s, all.data(), sizeof alone_s);
+    alone_s = all[0];
+  }
+  for (int i = 0; i <= iters; ++i) {
+    world.barrier();
+    timed_block(together);
+  }
+  together.erase(together.begin());
+  const double together_s = max_over_ranks(median(together));
+  ct.compute_slowdown = std::max(together_s / (alone_s * std::max(1.0, ct.ranks_per_core)), 1.0);
+  std::string curve;
+  double back_to_back = 0;  // k = 0: the all-to-all's own cost, which the α–β terms already give
+  for (int k : {0, 1, 2, 4, 8}) {
+    std::vector<double> cw, tw;
+    for (int i = 0; i <= iters; ++i) {
+      world.barrier();
+      const double t0 = bench::now_ms();
+      work(k);
+      const double t1 = bench::now_ms();
+      world.all_to_allv(send.data(), recv.data(), chunk, 1);
+      const double t2 = bench::now_ms();
+      if (i > 0) cw.push_back((t1 - t0) * 1e-3), tw.push_back((t2 - t1) * 1e-3);
+    }
+    const double cs = max_over_ranks(mean(cw)), ts = max_over_ranks(mean(tw));
+    curve +=
+        " " + std::to_string(cs * 1e3).substr(0, 6) + " ms: " + std::to_string(ts * 1e3).substr(0, 6) + ";";
+    if (!ct.compute_s.empty() && cs <= ct.compute_s.back()) continue;  // keep the points ascending
+    ct.compute_s.push_back(cs);
+    if (k == 0) back_to_back = ts;
+    ct.wait_s.push_back(std::max(ts - back_to_back, 0.0));
+  }
+  // Side engine: a polled all-to-all of one chunk's rows (T·K rows of D), compute thread idle or busy.
+  SideEngine side(1);
+  std::vector<char>& big = send;
+  std::vector<char>& bigr = recv;
+  double side_s[2] = {0, 0};
+  for (int busy = 0; busy < 2; ++busy) {
+    std::vector<double> d;
+    for (int i = 0; i <= iters; ++i) {
+      world.barrier();
+      double ts0 = 0, ts1 = 0;
+      Event e = side.submit("contention probe", [&] {
+        ts0 = bench::now_ms();
+        polite->all_to_allv(big.data(), bigr.data(), chunk, 1);
+        ts1 = bench::now_ms();
+      });
+      if (busy) work(4);
+      e.wait();
+      if (i > 0) d.push_back((ts1 - ts0) * 1e-3);
+    }
+    side_s[busy] = max_over_ranks(mean(d));
+  }
+  ct.side_busy_s = std::max(side_s[1] - side_s[0], 0.0);
+  if (o.log && world.rank() == 0) {
+    char b[256];
+    std::snprintf(
+        b, sizeof b,
+        "; side engine's all-to-all of %lld B per peer: %.3f ms idle, %.3f ms busy -> side_busy %.1f us",
+        (long long)block, side_s[0] * 1e3, side_s[1] * 1e3, ct.side_busy_s * 1e6);
+    o.log("  contention at " + std::to_string(ct.ranks_per_core).substr(0, 4) + " ranks per core: compute " +
+          std::to_string(together_s * 1e3).substr(0, 6) + " ms on every rank, " +
+          std::to_string(alone_s * 1e3).substr(0, 6) + " ms alone -> slowdown " +
+          std::to_string(ct.compute_slowdown).substr(0, 5) + "; a chunk's all-to-all after compute of" + curve +
+          b);
+  }
+  return ct;
+}
+
 void intra_link(Rates& r, Communicator& world) {
   if (world.size() < 2) {
     r.intra.bw_Bps = r.memcpy_gbps * 1e9 / 4;  // MPI's shared memory: two copies (in and out) per byte
@@ -152,8 +288,14 @@ void intra_link(Rates& r, Communicator& world) {
 
 Rates calibrate(const CalibrateOptions& o, Communicator& world) {
   Rates r;
-  if (world.size() > 1) {  // under mpirun: the link only (the kernels are measured by one process alone)
+  if (world.size() > 1) {  // under mpirun: the link and the contention (the kernels: one process alone)
     intra_link(r, world);
+    ThreadPool& pool = ThreadPool::compute();
+    const int threads = pool.size();
+    pool.resize(1);  // one pool thread per rank, as moe bench --dist runs under MOE_NUM_THREADS=1
+    if (!o.shapes.empty())
+      r.contention.push_back(contention_probe(o, world, std::max(5 * o.iters, 20)));
+    pool.resize(threads);
     return r;
   }
   if (o.shapes.empty()) fail("moe plan --calibrate: no layer shape to measure");
@@ -217,6 +359,9 @@ Rates calibrate(const CalibrateOptions& o, Communicator& world) {
   pool.resize(full);
   r.side_op_overhead_us = side_handoff_us();
   intra_link(r, world);
+  Contention alone;  // one rank on the machine: the rates above, no waits
+  alone.ranks_per_core = 1.0 / std::max(1u, std::thread::hardware_concurrency());
+  r.set_contention(alone);
   r.comm_cpu_ns_per_byte = 1.3;  // not measured here: docs/benchmarks.md's TCP probe, 2.7 core-ms per 2.1 MB
   const unsigned hc = std::thread::hardware_concurrency();
   r.machine =

@@ -52,6 +52,52 @@ double Rates::speed(double cores, int threads) const {
   return 1 + (c - 1) * per_thread;
 }
 
+double Contention::wait_after(double c) const {
+  if (compute_s.empty()) return 0;
+  if (c <= compute_s.front()) return wait_s.front();
+  for (size_t i = 1; i < compute_s.size(); ++i)
+    if (c <= compute_s[i])
+      return wait_s[i - 1] +
+             (c - compute_s[i - 1]) / (compute_s[i] - compute_s[i - 1]) * (wait_s[i] - wait_s[i - 1]);
+  return wait_s.back();
+}
+
+namespace {
+// f over the rows at ranks per core x: linear between rows, from 0 at x = 0, the last row beyond.
+template <class F>
+double over_rows(const std::vector<Contention>& rows, double x, F f, double at_zero = 0) {
+  if (rows.empty() || x <= 0) return at_zero;
+  double x0 = 0, y0 = at_zero;
+  for (const Contention& row : rows) {
+    const double y1 = f(row);
+    if (x <= row.ranks_per_core) return y0 + (x - x0) / (row.ranks_per_core - x0) * (y1 - y0);
+    x0 = row.ranks_per_core, y0 = y1;
+  }
+  return y0;
+}
+}  // namespace
+
+double Rates::wait_at(double rpc, double c) const {
+  return over_rows(contention, rpc, [&](const Contention& row) { return row.wait_after(c); });
+}
+
+double Rates::side_busy_at(double rpc) const {
+  return over_rows(contention, rpc, [](const Contention& row) { return row.side_busy_s; });
+}
+
+double Rates::compute_slowdown_at(double rpc) const {
+  return over_rows(
+      contention, rpc, [](const Contention& row) { return row.compute_slowdown; }, 1.0);
+}
+
+void Rates::set_contention(const Contention& c) {
+  auto same = [&](const Contention& x) { return std::fabs(x.ranks_per_core - c.ranks_per_core) < 1e-9; };
+  contention.erase(std::remove_if(contention.begin(), contention.end(), same), contention.end());
+  contention.push_back(c);
+  std::sort(contention.begin(), contention.end(),
+            [](const Contention& a, const Contention& b) { return a.ranks_per_core < b.ranks_per_core; });
+}
+
 std::string rates_json(const Rates& r) {
   nlohmann::json j;
   j["format"] = "moe-plan-rates";
@@ -83,6 +129,17 @@ std::string rates_json(const Rates& r) {
                 {"measured", r.intra_measured}};
   j["side_op_overhead_us"] = r.side_op_overhead_us;
   j["comm_cpu_ns_per_byte"] = r.comm_cpu_ns_per_byte;
+  j["contention"] = nlohmann::json::array();
+  for (const Contention& c : r.contention) {
+    nlohmann::json row = {{"ranks_per_core", c.ranks_per_core},
+                          {"side_busy_us", c.side_busy_s * 1e6},
+                          {"compute_slowdown", c.compute_slowdown}};
+    row["compute_us"] = nlohmann::json::array();
+    row["wait_us"] = nlohmann::json::array();
+    for (size_t i = 0; i < c.compute_s.size(); ++i)
+      row["compute_us"].push_back(c.compute_s[i] * 1e6), row["wait_us"].push_back(c.wait_s[i] * 1e6);
+    j["contention"].push_back(row);
+  }
   return j.dump(2) + "\n";
 }
 
@@ -148,6 +205,29 @@ Rates parse_rates(const std::string& text, const std::string& where) {
   r.intra_measured = j["intra"].value("measured", false);
   r.side_op_overhead_us = positive(j, "side_op_overhead_us", where, true);
   r.comm_cpu_ns_per_byte = positive(j, "comm_cpu_ns_per_byte", where, true);
+  if (j.contains("contention")) {  // optional: files written before it have no contention terms
+    if (!j["contention"].is_array()) fail(where, ": field 'contention' must be a list of rows");
+    for (size_t i = 0; i < j["contention"].size(); ++i) {
+      const nlohmann::json& c = j["contention"][i];
+      const std::string at = where + ": contention[" + std::to_string(i) + "]";
+      if (!c.is_object()) fail(at, ": expected an object");
+      Contention row;
+      row.ranks_per_core = positive(c, "ranks_per_core", at);
+      row.side_busy_s = positive(c, "side_busy_us", at, true) * 1e-6;
+      row.compute_slowdown = c.contains("compute_slowdown") ? positive(c, "compute_slowdown", at) : 1.0;
+      for (const char* key : {"compute_us", "wait_us"})
+        if (!c.contains(key) || !c[key].is_array() || c[key].size() != c["compute_us"].size())
+          fail(at, ": fields 'compute_us' and 'wait_us' must be lists of the same length");
+      for (size_t k = 0; k < c["compute_us"].size(); ++k) {
+        const nlohmann::json pt = {{"compute_us", c["compute_us"][k]}, {"wait_us", c["wait_us"][k]}};
+        const std::string ak = at + ": point " + std::to_string(k);
+        row.compute_s.push_back(positive(pt, "compute_us", ak, true) * 1e-6);
+        row.wait_s.push_back(positive(pt, "wait_us", ak, true) * 1e-6);
+        if (k > 0 && row.compute_s[k] <= row.compute_s[k - 1]) fail(ak, ": 'compute_us' must ascend");
+      }
+      r.set_contention(row);
+    }
+  }
   return r;
 }
 

@@ -21,6 +21,25 @@ struct GemmPoint {
   double weight_grads_gflops = 0;  // weight gradients: 6·R·D·F
 };
 
+// What ranks sharing cores cost each collective (measured by `moe plan --calibrate` under
+// `mpirun -np N`, one row per ranks-per-core; docs/distributed.md, "Model of scale"). A blocking
+// collective completes when the last member arrives; the compute since the previous collective
+// is stretched unevenly on shared cores (time slices, memory bandwidth), so the others wait
+// wait_s(c) beyond the α–β cost, c = the compute thread's seconds since its previous collective:
+// linear between the measured points (compute_s[i], wait_s[i]), the last one beyond them.
+// A polled side-engine collective waits up to side_busy_s longer while its rank's compute thread
+// computes (its worker sleeps between polls and must get a core); less when the compute thread
+// blocks earlier (then the worker runs at once). The ranks' compute itself runs compute_slowdown
+// times slower than one rank alone at its share of the cores (memory bandwidth, caches, clocks).
+// `moe plan --calibrate` of one process writes the row of one rank on the machine (no waits, 1).
+struct Contention {
+  double ranks_per_core = 0;
+  std::vector<double> compute_s, wait_s;  // ascending compute_s
+  double side_busy_s = 0;
+  double compute_slowdown = 1;
+  double wait_after(double compute_s) const;
+};
+
 struct Rates {
   std::string machine;  // free text (CPU, date, load)
   std::string isa;
@@ -39,6 +58,8 @@ struct Rates {
   bool intra_measured = false;        // false: derived from memcpy_gbps and a default latency
   double side_op_overhead_us = 0;     // hand-off of one op to the side engine and back
   double comm_cpu_ns_per_byte = 0;    // host CPU per byte sent between hosts (TCP stack)
+  // By ranks per core, ascending; none (a file from before them): no contention terms.
+  std::vector<Contention> contention;
 
   // The point's GFLOP/s for (dtype, D, F, rows per expert): the nearest calibrated D·F of that
   // dtype (else any dtype), interpolated in log(rows per expert), clamped at the ends.
@@ -46,6 +67,14 @@ struct Rates {
   // Relative speed of a rank with `cores` cores running `threads` pool threads: cores below 1 are
   // time slices; above, each extra thread adds (pool_speedup-1)/(pool_threads-1).
   double speed(double cores, int threads) const;
+  // The collective's wait at `ranks_per_core` after `compute_s` of compute: linear in ranks per core
+  // between the measured rows, from zero at 0 ranks per core up to the first, the last row beyond
+  // the last; 0 when no row was measured. side_busy_at: the same for side_busy_s.
+  double wait_at(double ranks_per_core, double compute_s) const;
+  double side_busy_at(double ranks_per_core) const;
+  double compute_slowdown_at(double ranks_per_core) const;  // 1 at 0 ranks per core
+  // Adds a measured row, replacing one at the same ranks per core; keeps the rows sorted.
+  void set_contention(const Contention& c);
 };
 
 // JSON text of the file, and back. read_rates throws naming the file and the field.

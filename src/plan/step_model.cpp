@@ -45,18 +45,32 @@ std::string check_layout(const LayerShape& L, const Layout& lay, const Cluster& 
 
 namespace {
 
-// A side-engine or inline event: when it is ready, and the term its wait is charged to.
+// A side-engine or inline event: when it is ready, the term its wait is charged to, and the side
+// op it ends (-1: inline), whose end can still move earlier (Sim::wait).
 struct Ev {
   double ready = 0;
   std::string term;
+  int side = -1;
+};
+
+// How ranks sharing cores stretch the collectives (rates.h, Contention), at this cluster's ranks per core.
+struct ContentionModel {
+  const Rates* r = nullptr;
+  double ranks_per_core = 0;
+  double wait(double compute_s) const { return r ? r->wait_at(ranks_per_core, compute_s) : 0; }
+  double side_busy() const { return r ? r->side_busy_at(ranks_per_core) : 0; }
 };
 
 // The two timelines. Compute ops run back to back on the compute thread; a side op starts when it
 // is submitted and the FIFO worker is free. A compute op overlapping a side op's CPU work is
-// stretched by `steal` of that work (the two share the rank's cores).
+// stretched by `steal` of that work (the two share the rank's cores). Contention: an inline
+// collective first waits for the slowest member (ContentionModel::wait of the compute since the
+// compute thread's previous collective or wait); a side op takes side_busy longer, unless the
+// compute thread blocks on it (or on a later op) first: then it ends when its own cost is done.
 class Sim {
  public:
-  Sim(Prediction& p, double steal, double handoff_s) : p_(p), steal_(steal), handoff_(handoff_s) {}
+  Sim(Prediction& p, double steal, double handoff_s, ContentionModel cm)
+      : p_(p), steal_(steal), handoff_(handoff_s), cm_(cm) {}
 
   void compute(const std::string& name, const std::string& term, double dur) {
     double penalty = 0;
@@ -79,10 +93,13 @@ class Sim {
     p_.comm_s += cost.total();
     p_.terms[term] += dur;
     if (!offloaded) {
-      record(name, false, true, t_, t_ + dur);
-      p_.exposed_comm_s += dur;
-      p_.exposed[term] += dur;
-      t_ += dur;
+      const double wait = cm_.wait(t_ - synced_);
+      record(name, false, true, t_, t_ + wait + dur);
+      p_.exposed_comm_s += wait + dur;
+      p_.exposed[term] += wait + dur;
+      if (wait > 0) p_.terms["contention wait"] += wait;
+      t_ += wait + dur;
+      synced_ = t_;
       return {t_, term};
     }
     return side(name, term, dur, cpu + extra);
@@ -92,34 +109,61 @@ class Sim {
     t_ += handoff_;  // submit and the later wake-up, charged to the compute thread
     p_.compute_s += handoff_;
     p_.terms["side hand-off"] += handoff_;
-    const double start = std::max(t_, side_free_);
-    side_free_ = start + dur;
-    side_.push_back({start, side_free_, cpu});
-    record(name, true, false, start, side_free_);
+    side_.push_back({t_, dur, cm_.side_busy(), 0, 0, cpu, p_.ops.size()});
+    record(name, true, false, 0, 0);
+    retime(side_.size() - 1);
     p_.side_busy_s += dur;
-    return {side_free_, term};
+    return {side_.back().end, term, int(side_.size() - 1)};
   }
 
   void wait(const Ev& e) {
-    if (e.ready <= t_) return;
-    record("wait:" + e.term, false, true, t_, e.ready);
-    p_.exposed_comm_s += e.ready - t_;
-    p_.exposed[e.term] += e.ready - t_;
-    t_ = e.ready;
+    double ready = e.ready;
+    if (e.side >= 0) {
+      // The compute thread blocks from now, and the worker gets a core: the op (and every one before
+      // it) ends when its own cost is done and the slowest member has arrived too (the same wait for
+      // the slowest member as an inline collective's), or as it would have anyway if that is sooner.
+      const double slowest = t_ + cm_.wait(t_ - synced_);
+      for (size_t i = 0; i <= size_t(e.side); ++i) {
+        SideIv& s = side_[i];
+        const double own = s.start + s.dur, cut = std::max(own, slowest);
+        if (cut < s.end) {
+          s.busy = cut - own;
+          retime(i);
+        }
+      }
+      ready = side_[size_t(e.side)].end;
+    }
+    if (ready <= t_) return;
+    record("wait:" + e.term, false, true, t_, ready);
+    p_.exposed_comm_s += ready - t_;
+    p_.exposed[e.term] += ready - t_;
+    t_ = ready;
+    synced_ = t_;
   }
 
   double now() const { return t_; }
 
  private:
   struct SideIv {
-    double start, end, cpu;
+    double submit, dur, busy, start, end, cpu;
+    size_t op;  // its record in p_.ops
   };
+  // Start and end of side op i and every later one (FIFO: each starts when the one before ends).
+  void retime(size_t i) {
+    for (; i < side_.size(); ++i) {
+      SideIv& s = side_[i];
+      s.start = std::max(s.submit, i > 0 ? side_[i - 1].end : 0.0);
+      s.end = s.start + s.dur + s.busy;
+      p_.ops[s.op].start = s.start, p_.ops[s.op].end = s.end;
+    }
+  }
   void record(const std::string& name, bool side, bool comm, double a, double b) {
     p_.ops.push_back({name, side, comm, a, b});
   }
   Prediction& p_;
   double steal_, handoff_;
-  double t_ = 0, side_free_ = 0;
+  ContentionModel cm_;
+  double t_ = 0, synced_ = 0;
   std::vector<SideIv> side_;
 };
 
@@ -172,11 +216,17 @@ struct Step {
 Step make_step(const LayerShape& L, const Layout& lay, const Cluster& cl, const Rates& r, Sim& sim) {
   Step s{L, lay, cl, r, sim, 1, 2, 4, {}, {}, {}, {}, {}, {}, 1, 1, 1, 1};
   const int threads = cl.threads > 0 ? cl.threads : std::max(1, int(std::floor(cl.cores_per_rank())));
-  s.speed = r.speed(cl.cores_per_rank(), threads);
+  // Ranks sharing cores also slow each other's compute (rates.h, Contention::compute_slowdown).
+  s.speed = r.speed(cl.cores_per_rank(), threads) /
+            r.compute_slowdown_at(cl.cores > 0 ? double(cl.ranks_per_host) / cl.cores : 0);
   s.b = double(dtype_size(L.dtype));
   s.wb = double(dtype_size(L.weight_dtype));
   s.intra = cl.intra.bw_Bps > 0 ? cl.intra : r.intra;
-  s.intra.sync_s = cl.sync_given ? cl.intra.sync_s : cl.hosts == 1 ? r.intra.sync_s : 0;
+  // The rates' sync (one wait per collective, measured at -np 2) is superseded by their contention
+  // rows, which measure the wait as a function of the compute before it (Sim).
+  s.intra.sync_s = cl.sync_given                           ? cl.intra.sync_s
+                   : cl.hosts == 1 && r.contention.empty() ? r.intra.sync_s
+                                                           : 0;
   s.intra.bw_Bps *= std::min(1.0, cl.cores_per_rank());  // shared-memory copies are CPU work
   s.inter = cl.inter;
   s.inter.sync_s = cl.sync_given ? cl.intra.sync_s : 0;
@@ -382,7 +432,8 @@ Prediction predict_step(const LayerShape& L, const Layout& lay, const Cluster& c
   Prediction p;
   p.layout = lay;
   const double steal = o.steal >= 0 ? o.steal : std::clamp(2 - cl.cores_per_rank(), 0.0, 1.0);
-  Sim sim(p, steal, r.side_op_overhead_us * 1e-6);
+  ContentionModel cm{&r, cl.cores > 0 ? double(cl.ranks_per_host) / cl.cores : 0};
+  Sim sim(p, steal, r.side_op_overhead_us * 1e-6, cm);
   Step s = make_step(L, lay, cl, r, sim);
   const double T = double(L.T), D = double(L.D), E = double(L.E);
   // Forward (DistLayer::forward).

@@ -222,6 +222,134 @@ TEST(PlanStep, StealStretchesComputeUnderSideWork) {
   EXPECT_LE(b.compute_s - a.compute_s, b.side_busy_s + 1e-12);  // at most the side engine's work
 }
 
+// A contention row at `rpc` ranks per core: the wait curve (compute s, wait s), side_busy, slowdown.
+Contention row(double rpc, std::vector<double> c, std::vector<double> w, double side_busy = 0,
+               double slow = 1) {
+  Contention x;
+  x.ranks_per_core = rpc, x.compute_s = std::move(c), x.wait_s = std::move(w);
+  x.side_busy_s = side_busy, x.compute_slowdown = slow;
+  return x;
+}
+
+TEST(PlanContention, WaitCurveAndRowsInterpolate) {
+  const Contention one = row(1, {1e-3, 3e-3}, {100e-6, 500e-6});
+  EXPECT_NEAR(one.wait_after(2e-3), 300e-6, 1e-15);    // halfway between the points
+  EXPECT_NEAR(one.wait_after(0.5e-3), 100e-6, 1e-15);  // before the first point: its wait
+  EXPECT_NEAR(one.wait_after(10e-3), 500e-6, 1e-15);   // beyond the last: the last
+  Rates r = round_rates();
+  EXPECT_DOUBLE_EQ(r.wait_at(2, 1e-3), 0.0);  // no rows (a file from before them): no contention
+  EXPECT_DOUBLE_EQ(r.compute_slowdown_at(2), 1.0);
+  r.set_contention(row(2, {1e-3, 3e-3}, {1e-3, 3e-3}, 8e-3, 1.6));
+  r.set_contention(row(1, {1e-3, 3e-3}, {100e-6, 500e-6}, 4e-3, 1.2));
+  ASSERT_EQ(r.contention.size(), 2u);
+  EXPECT_DOUBLE_EQ(r.contention[0].ranks_per_core, 1.0);  // kept sorted
+  // 1.5 ranks per core: halfway between the rows, at the same compute.
+  EXPECT_NEAR(r.wait_at(1.5, 2e-3), (300e-6 + 2e-3) / 2, 1e-15);
+  EXPECT_NEAR(r.side_busy_at(1.5), 6e-3, 1e-15);
+  EXPECT_NEAR(r.compute_slowdown_at(1.5), 1.4, 1e-12);
+  // Below the first row: from nothing at 0 ranks per core (slowdown 1); beyond the last: the last.
+  EXPECT_NEAR(r.wait_at(0.5, 2e-3), 150e-6, 1e-15);
+  EXPECT_NEAR(r.compute_slowdown_at(0.5), 1.1, 1e-12);
+  EXPECT_NEAR(r.wait_at(4, 2e-3), 2e-3, 1e-15);
+  // A row measured again at the same ranks per core replaces the old one.
+  r.set_contention(row(2, {1e-3}, {5e-3}));
+  ASSERT_EQ(r.contention.size(), 2u);
+  EXPECT_NEAR(r.wait_at(2, 0), 5e-3, 1e-15);
+}
+
+TEST(PlanContention, RatesFileRoundTripsAndOldFilesLoad) {
+  Rates r = round_rates();
+  r.pool_threads = 1, r.pool_speedup = 1;
+  r.set_contention(row(0.5, {}, {}));  // one rank alone on 2 cores: no waits
+  r.set_contention(row(2, {0, 9e-3, 21e-3}, {0, 2.2e-3, 2.9e-3}, 6.8e-3, 1.1));
+  const Rates back = parse_rates(rates_json(r), "mem");
+  ASSERT_EQ(back.contention.size(), 2u);
+  EXPECT_TRUE(back.contention[0].compute_s.empty());
+  EXPECT_NEAR(back.contention[1].wait_after(15e-3), 2.55e-3, 1e-12);
+  EXPECT_NEAR(back.contention[1].side_busy_s, 6.8e-3, 1e-12);
+  EXPECT_NEAR(back.contention[1].compute_slowdown, 1.1, 1e-12);
+  // A file written before the contention rows: loads, with no contention terms.
+  std::string old = rates_json(round_rates());
+  const size_t at = old.find("\"contention\": [],");
+  ASSERT_NE(at, std::string::npos) << old;
+  old.erase(at, std::string("\"contention\": [],").size());
+  const Rates o = parse_rates(old, "old.json");
+  EXPECT_TRUE(o.contention.empty());
+  EXPECT_DOUBLE_EQ(o.wait_at(2, 1.0), 0.0);
+  // Points must ascend in compute.
+  std::string bad = rates_json(r);
+  const size_t c = bad.find("9000.0");
+  ASSERT_NE(c, std::string::npos) << bad;
+  bad.replace(c, 6, "90000.0");  // point 1 after point 2
+  EXPECT_NE(error_of([&] {
+              parse_rates(bad, "f.json");
+            }).find("f.json: contention[1]: point 2: 'compute_us' must ascend"),
+            std::string::npos)
+      << error_of([&] { parse_rates(bad, "f.json"); });
+}
+
+TEST(PlanStep, ContentionWaitOfInlineCollectivesHandComputed) {
+  Rates r = round_rates();
+  Cluster cl;
+  cl.cores = 2, cl.ranks_per_host = 2;  // 1 rank per core
+  Layout ep2;
+  ep2.expert = 2;
+  const Prediction base = predict_step(small_layer(), ep2, cl, r);
+  // A constant wait of 100 us: once per inline collective (AG:aux_stats, AG:counts, 4 A2As, AR:router).
+  r.set_contention(row(1, {0}, {100e-6}));
+  const Prediction flat = predict_step(small_layer(), ep2, cl, r);
+  EXPECT_NEAR(flat.terms.at("contention wait"), 7 * 100e-6, 1e-12);
+  EXPECT_NEAR(flat.step_s, base.step_s + 7 * 100e-6, 1e-12);
+  EXPECT_NEAR(flat.exposed_comm_s, base.exposed_comm_s + 7 * 100e-6, 1e-12);
+  // A wait of 10% of the compute since the previous collective: the compute between the step's
+  // collectives adds up to all of it (the last op is the router's AR).
+  r.set_contention(row(1, {0, 1}, {0, 0.1}));
+  const Prediction lin = predict_step(small_layer(), ep2, cl, r);
+  EXPECT_NEAR(lin.terms.at("contention wait"), 0.1 * base.compute_s, 1e-12);
+  EXPECT_NEAR(lin.step_s, base.step_s + 0.1 * base.compute_s, 1e-12);
+  // The compute slowdown stretches every compute op (one rank on one core: 1 rank per core).
+  r.contention.clear();
+  r.set_contention(row(1, {}, {}, 0, 1.5));
+  Cluster one;
+  one.cores = 1;
+  EXPECT_NEAR(predict_step(small_layer(), Layout{}, one, r).step_s,
+              1.5 * predict_step(small_layer(), Layout{}, one, round_rates()).step_s, 1e-12);
+}
+
+TEST(PlanStep, SideBusyEndsWhenTheComputeThreadBlocksHandComputed) {
+  // SideEngineOverlapHandComputed's layout (fsdp=2, gathers offloaded) with a constant wait w for the
+  // slowest member and side_busy = 10 s: each gather would take 10 s longer, but once the compute
+  // thread blocks on one, it (and those before it) end when their own cost is done and w has passed.
+  Rates r = round_rates();
+  const double w = 5e-6;
+  r.set_contention(row(1, {0}, {w}, 10));
+  Cluster cl;
+  cl.cores = 2, cl.ranks_per_host = 2;
+  Layout l;
+  l.fsdp = 2;
+  l.off_fsdp = true;
+  ModelOptions o;
+  o.steal = 0;
+  const Prediction p = predict_step(small_layer(), l, cl, r, o);
+  const double T = 64, D = 64, F = 32, E = 8, R = 128, b = 2;
+  const double shard = 8 * D * F / 2 * b;
+  const double ag = 1e-6 + shard / 1e9 + 2 * shard * 2 / 1e9;
+  // Router, AG:aux_stats (inline: + w), sort, permute; then the FFN blocks on wi_1.
+  const double block1 =
+      2 * T * D * E * 1e-9 + w + (1e-6 + (E * 24 + 40) / 1e9) + R * 1e-9 + 2 * R * D * b * 1e-9;
+  ASSERT_GT(block1 + w, ag);  // wi_0 is cut to block1 + w, then wi_1 runs its own cost
+  const double wi1 = block1 + w + ag;
+  const double ffn = 6 * R * D * F * 1e-9;
+  const double block2 = wi1 + ffn * 2 / 3;  // blocks on wo, whose own cost ended at wi1 + ag < block2
+  ASSERT_LT(wi1 + ag, block2 + w);
+  const double wo = block2 + w;
+  double fwd_end = 0;
+  for (const SimOp& op : p.ops)
+    if (op.name == "combine") fwd_end = op.end;
+  EXPECT_NEAR(fwd_end, wo + ffn / 3 + (R + T) * D * b * 1e-9, 1e-12);
+  EXPECT_LT(p.step_s, 1.0);  // no op kept its 10 s
+}
+
 TEST(PlanRanking, SortedAndExplained) {
   const Rates r = round_rates();
   Cluster cl = parse_cluster("hosts=2,cores=4,ranks_per_host=2,inter_bw=1Gbit,inter_lat=50us");

@@ -1,6 +1,7 @@
 // moe plan: the model of scale (docs/distributed.md, "Model of scale").
 //   moe plan --calibrate [--out FILE] [--tiny] [--iters N]       kernel rates of this machine
 //   mpirun -np 2 moe plan --calibrate --rates IN --out FILE      + the shared-memory link's α, β
+//   mpirun -np N moe plan --calibrate --rates IN --out FILE      + the contention of N ranks on this host
 //   moe plan --rates FILE [--cluster SPEC] (--case NAME | --config C [key=value ...] | --bench-variant NAME)
 //            [--tokens N] [--top N] [--json FILE]                 rank the layouts, say why the first wins
 //   moe plan --rates FILE --sweep [--json FILE]                   8 to 1024 hosts at 10 and 100 Gbit/s
@@ -59,11 +60,20 @@ void run_calibrate(const PlanArgs& a) {
   run_collectively(w, [&] { r = plan::calibrate(o, w); });
   if (w.size() > 1 && w.rank() == 0) {  // keep the kernels of the single-process calibration
     plan::Rates base = plan::read_rates(a.rates);
-    base.intra = r.intra, base.intra_measured = r.intra_measured;
+    // The link's α and β between two ranks (-np 2), or from any N when the file has none; the
+    // contention row of this N ranks per core is added (replacing one measured at the same N).
+    if (w.size() == 2 || !base.intra_measured) base.intra = r.intra, base.intra_measured = r.intra_measured;
+    for (const plan::Contention& c : r.contention) base.set_contention(c);
     r = base;
   }
   if (w.rank() != 0) return;
   write_file_atomic(a.out, plan::rates_json(r));
+  for (const plan::Contention& c : r.contention) {
+    std::printf("contention at %.2f ranks per core: wait after compute", c.ranks_per_core);
+    for (size_t i = 0; i < c.compute_s.size(); ++i)
+      std::printf(" %.2f ms: %.0f us;", c.compute_s[i] * 1e3, c.wait_s[i] * 1e6);
+    std::printf(" side_busy %.0f us\n", c.side_busy_s * 1e6);
+  }
   std::printf("intra link: %.2f GB/s, %.2f us (%s)\nwrote %s\n", r.intra.bw_Bps / 1e9, r.intra.lat_s * 1e6,
               r.intra_measured ? "measured" : "derived from memcpy; run under mpirun -np 2 to measure",
               a.out.c_str());
