@@ -41,8 +41,8 @@ struct StepTimes {
   double min_step_s = 0;  // the least disturbed step (for the pool speedup on a loaded machine)
 };
 
-// Steps a one-rank layer `iters` times (after one warm-up) and returns the per-kind medians.
-StepTimes time_layer(const LayerShape& L, int iters) {
+// The one-rank layer config of a calibrated shape.
+Config layer_config(const LayerShape& L) {
   const char* yaml = "num_experts: 8\nnum_experts_per_tok: 2\nemb_dim: 64\nmoe_mlp_dim: 32\n";
   Config cfg =
       parse_config(yaml, "<moe plan --calibrate>",
@@ -51,6 +51,12 @@ StepTimes time_layer(const LayerShape& L, int iters) {
                     std::string("dtype=") + dtype_name(L.dtype),
                     std::string("weight_dtype=") + dtype_name(L.weight_dtype)})
           .config;
+  return cfg;
+}
+
+// Steps a one-rank layer `iters` times (after one warm-up) and returns the per-kind medians.
+StepTimes time_layer(const LayerShape& L, int iters) {
+  Config cfg = layer_config(L);
   std::unique_ptr<Communicator> self = make_single_process_comm();
   Mesh mesh(*self, MeshShape{});
   StepTrace trace(0);
@@ -147,14 +153,7 @@ Contention contention_probe(const CalibrateOptions& o, Communicator& world, int 
   const int W = world.size();
   LayerShape L = o.shapes.front();
   L.T = std::min<int64_t>(L.T, 16);
-  const char* yaml = "num_experts: 8\nnum_experts_per_tok: 2\nemb_dim: 64\nmoe_mlp_dim: 32\n";
-  Config cfg =
-      parse_config(yaml, "<moe plan --calibrate>",
-                   {"num_experts=" + std::to_string(L.E), "num_experts_per_tok=" + std::to_string(L.K),
-                    "emb_dim=" + std::to_string(L.D), "moe_mlp_dim=" + std::to_string(L.F),
-                    std::string("dtype=") + dtype_name(L.dtype),
-                    std::string("weight_dtype=") + dtype_name(L.weight_dtype)})
-          .config;
+  Config cfg = layer_config(L);
   std::unique_ptr<Communicator> self = make_single_process_comm();
   Mesh mesh(*self, MeshShape{});
   DistLayer layer(cfg, mesh, false, nullptr);
