@@ -128,12 +128,12 @@ void bench_case(const FfnCase& c, int reps) {
     for (const Op& op : ops)
       if (op.name == only) {
         op.run();
-        const double ms = time_ms([&] {
-                            for (int r = 0; r < reps; ++r) op.run();
-                          }) /
-                          reps;
-        std::printf("  %-12s %9.2f ms %7.0f GFLOP/s (mean of %d)\n", op.name.c_str(), ms,
-                    2.0 * double(op.m) * double(op.k) * double(op.n) / (ms * 1e6), reps);
+        std::vector<double> ms(size_t(std::max(reps, 1)));
+        for (double& m : ms) m = time_ms([&] { op.run(); });
+        std::sort(ms.begin(), ms.end());
+        const double med = ms[ms.size() / 2];
+        std::printf("  %-12s %9.2f ms %7.0f GFLOP/s (median of %d; min %.2f, max %.2f ms)\n", op.name.c_str(), med,
+                    2.0 * double(op.m) * double(op.k) * double(op.n) / (med * 1e6), reps, ms.front(), ms.back());
       }
     return;
   }

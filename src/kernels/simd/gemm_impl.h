@@ -107,9 +107,11 @@ struct Region {
 // Prefetches a region into L2 while the tiles of the current task run, so the
 // DRAM reads of the next task's weights overlap this task's tiles instead of
 // stalling its packer. The lines are spread evenly over the task's word steps
-// (`tick` once per word step of a tile): a burst of hundreds of prefetches
-// fills the core's miss queue and stalls it, which serializes the reads with
-// the tiles instead of overlapping them.
+// (a tile runs `steps_before_burst` steps, then reports them with `ran`): a
+// burst of hundreds of prefetches fills the core's miss queue and stalls it,
+// which serializes the reads with the tiles instead of overlapping them. The
+// check sits between runs of steps, not in every step: a per-step check cost
+// up to 40% of a tile's speed (a static guard read per step, 2026-12-02).
 class Prefetcher {
  public:
   void start(const Region& r, int64_t word_steps) {
@@ -120,9 +122,17 @@ class Prefetcher {
     burst_ = lines > 0 ? (lines + n - 1) / n : 0;
     countdown_ = every_;
   }
-  MOE_INLINE void tick() {
-    if (every_ == 0 || --countdown_ > 0) return;
+  // Word steps to run before the next burst of prefetches (at most `left`).
+  MOE_INLINE int64_t steps_before_burst(int64_t left) const { return every_ == 0 ? left : std::min(left, countdown_); }
+  // `n` word steps ran: issue the burst when its turn has come.
+  MOE_INLINE void ran(int64_t n) {
+    if (every_ == 0 || (countdown_ -= n) > 0) return;
     countdown_ = every_;
+    burst();
+  }
+
+ private:
+  void burst() {
     for (int64_t n = 0; n < burst_ && row_ < reg_.rows; ++n) {
       __builtin_prefetch(reg_.base + row_ * reg_.stride + col_, 0, 2);
       col_ += 64;
@@ -195,13 +205,11 @@ struct Tile {
           if (i < mr && left > 0) acc[i][v] = V::load_n(init + i * ldi + L * v, left);
         }
     const int64_t full = half_last ? P - 1 : P, per = int64_t(kB) * NR;
-    if (pf) {
-      for (int64_t p = 0; p < full; ++p) {
-        step<false>(acc, a + p * a_step, off, b + p * per);
-        pf->tick();
-      }
-    } else {
-      for (int64_t p = 0; p < full; ++p) step<false>(acc, a + p * a_step, off, b + p * per);
+    // Runs of word steps with nothing else in the loop, a burst of prefetches between runs.
+    for (int64_t p = 0; p < full;) {
+      const int64_t n = pf ? pf->steps_before_burst(full - p) : full - p;
+      for (int64_t e = p + n; p < e; ++p) step<false>(acc, a + p * a_step, off, b + p * per);
+      if (pf) pf->ran(n);
     }
     if (half_last) step<true>(acc, a + full * a_step, off, b + full * per);
     store(acc, out, ldc, mr, nc, stream);
@@ -361,9 +369,26 @@ struct AView {
   ptrdiff_t row_bytes, step_bytes;
 };
 
-// out rows [r0, r1) x columns [0, nc) = A rows [r0, r1) @ packed B (P words).
-// A partial last tile repeats its last row (computed, not stored), so every
-// row runs the same instruction chain whatever its position.
+// A tile of exactly `mr` (< MR) rows: the remainder of a row block. Each
+// row's accumulators run the same chain of instructions in any tile height
+// (one madd per word part, in word order), so the bits do not depend on the
+// tile a row lands in; a full-height tile would compute MR - mr rows for
+// nothing (a block of 20 rows at MR 6: 4 of 24 rows wasted).
+template <class V, class Step, int MR, int NV, int H = MR - 1, class Out>
+MOE_INLINE void run_short_tile(int mr, const std::byte* a, const ptrdiff_t* off, ptrdiff_t a_step, const float* b,
+                               int64_t P, bool half_last, Out* out, int64_t ldc, int64_t nc, bool stream,
+                               const float* init, int64_t ldi, Prefetcher* pf) {
+  if constexpr (H >= 1) {
+    if (mr == H) {
+      Tile<V, Step, H, NV>::run(a, off, a_step, b, P, half_last, out, ldc, H, nc, stream, init, ldi, pf);
+      return;
+    }
+    run_short_tile<V, Step, MR, NV, H - 1>(mr, a, off, a_step, b, P, half_last, out, ldc, nc, stream, init, ldi, pf);
+  }
+}
+
+// out rows [r0, r1) x columns [0, nc) = A rows [r0, r1) @ packed B (P words):
+// tiles of MR rows, then one tile of the remaining rows.
 template <class V, class Step, int MR, int NV, class Out>
 void run_rows(const AView& a, int64_t r0, int64_t r1, const uint32_t* b, int64_t P, bool half_last, Out* out,
               int64_t ldc, int64_t nc, Prefetcher* pf, bool stream = false, const float* init = nullptr,
@@ -373,8 +398,13 @@ void run_rows(const AView& a, int64_t r0, int64_t r1, const uint32_t* b, int64_t
     const int mr = int(std::min<int64_t>(MR, r1 - r));
     ptrdiff_t off[MR];
     for (int i = 0; i < MR; ++i) off[i] = (r + std::min(i, mr - 1)) * a.row_bytes;
-    Tile<V, Step, MR, NV>::run(a.base, off, a.step_bytes, bf, P, half_last, out + r * ldc, ldc, mr, nc, stream,
-                               init ? init + r * ldi : nullptr, ldi, pf);
+    const float* tile_init = init ? init + r * ldi : nullptr;
+    if (mr == MR)
+      Tile<V, Step, MR, NV>::run(a.base, off, a.step_bytes, bf, P, half_last, out + r * ldc, ldc, mr, nc, stream,
+                                 tile_init, ldi, pf);
+    else
+      run_short_tile<V, Step, MR, NV>(mr, a.base, off, a.step_bytes, bf, P, half_last, out + r * ldc, ldc, nc,
+                                      stream, tile_init, ldi, pf);
   }
 }
 
@@ -406,8 +436,10 @@ constexpr int64_t kTaskRows = 252, kSplit = 4;
 // its row tiles over the slab, and keeps the f32 partial sums of its rows in a
 // scratch block between reduction blocks (Tile's `init`): each element stays
 // one chain in word order, so the bits are those of the panel path.
+// kSlabRunBytes 256 against 1024 (a slab of 2 panels, 4x the words, at avx512_bf16): 0.76-1.07 of
+// the time per op, 0.93 median over 14 A/Bs at three levels (docs/benchmarks.md, 2026-12-02).
 constexpr int64_t kSlabRows = 96;          // average rows per non-empty group at or below which slabs are used
-constexpr int64_t kSlabRunBytes = 1024;    // bytes of a weight row packed per run (gmm's row-major weights)
+constexpr int64_t kSlabRunBytes = 256;     // bytes of a weight row packed per run (gmm's row-major weights)
 constexpr int64_t kSlabBytes = 128 << 10;  // packed bytes per slab (with the partial sums and the next slab: L2)
 
 template <class V, class S, class T, class Out, class Weights>
