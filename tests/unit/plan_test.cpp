@@ -172,6 +172,31 @@ TEST(PlanStep, InlineCollectivesAreExposedAndStepIsComputePlusExposed) {
   EXPECT_NEAR(p.terms.at("A2A"), 4 * (1e-6 + n / 2 / 1e9), 1e-12);
 }
 
+TEST(PlanStep, BusiestRanksRowsTimeTheExpertOps) {
+  // EP=2, one chunk: the busiest rank's experts get 160 rows instead of T·K = 128; the expert ops
+  // (FFN, its backward with the local sort's copies, weight gradients) grow by the 32 rows, nothing else.
+  const Rates r = round_rates();
+  Cluster cl;
+  cl.cores = 2, cl.ranks_per_host = 2;
+  Layout ep2;
+  ep2.expert = 2;
+  LayerShape L = small_layer();
+  const Prediction u = predict_step(L, ep2, cl, r);
+  L.busiest_chunk_rows = {160};
+  L.busiest_step_rows = 160;
+  const Prediction b = predict_step(L, ep2, cl, r);
+  const double D = 64, F = 32, dr = 32, bytes = 2;
+  EXPECT_NEAR(b.terms.at("weight_grads") - u.terms.at("weight_grads"), 6 * dr * D * F * 1e-9, 1e-12);
+  EXPECT_NEAR(b.terms.at("ffn_backward") - u.terms.at("ffn_backward"),
+              6 * dr * D * F * 1e-9 + 3 * dr * D * bytes * 1e-9, 1e-12);
+  EXPECT_NEAR(b.terms.at("ffn") - u.terms.at("ffn"), 6 * dr * D * F * 1e-9 + 3 * dr * D * bytes * 1e-9, 1e-12);
+  EXPECT_DOUBLE_EQ(b.terms.at("permute"), u.terms.at("permute"));  // this rank's own tokens: unchanged
+  // Rows for another number of chunks than the layout's: uniform routing.
+  Layout c4 = ep2;
+  c4.chunks = 4;
+  EXPECT_DOUBLE_EQ(predict_step(L, c4, cl, r).step_s, predict_step(small_layer(), c4, cl, r).step_s);
+}
+
 TEST(PlanStep, SideEngineOverlapHandComputed) {
   // fsdp=2, weights gathered on the side engine while the router, sort and permute run; the FFN
   // waits for wi_1 (up) and wo (down). No casts (bf16 weights), no steal, no hand-off.
