@@ -1,16 +1,20 @@
 #!/bin/bash
-# moe plan across hosts: 2 hosts x 2 ranks of the cluster-on-one-machine harness (branch `cluster`,
-# scripts/cluster.sh; CLUSTER_DIR points at a checkout with it) at each link rate given; per rate:
-# the link's α, β and sync measured with 1 rank per host (moe plan --calibrate under mpirun), the
-# `moe bench --dist` variants measured, then predicted with the measured link. Needs root and the
-# single-process rates of scripts/plan_validate.sh (OUT_DIR/rates.json).
+# moe plan across hosts: 2 hosts x 2 ranks of the cluster-on-one-machine harness (scripts/cluster.sh;
+# CLUSTER_DIR: a checkout with it, default this one) at each link rate given; per rate: the link's
+# α and β measured with 1 rank per host (moe plan --calibrate under mpirun -np 2 --map-by node),
+# the contention of the run's own placement (2 ranks on each host's one core, peers across the
+# link) measured under the cluster's mpirun -np 4 into OUT_DIR/rates_cluster_RATE.json, the
+# `moe bench --dist` variants measured, then predicted with the measured link and that contention
+# row (no `sync` on top: the row's wait after compute already holds the wait for the slowest peer
+# across the link). Needs root and the single-process rates of scripts/plan_validate.sh
+# (OUT_DIR/rates.json).
 # Usage: [VARIANTS="v1 v2"] scripts/plan_cluster.sh OUT_DIR RATE... (e.g. out/plan 1gbit 200mbit);
 # a rate already measured (OUT_DIR/m_cluster_RATE.json) with SKIP_MEASURED=1 is only predicted.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=$1
 shift
-CLUSTER_DIR=${CLUSTER_DIR:-/work/wt/cluster}
+CLUSTER_DIR=${CLUSTER_DIR:-$PWD}
 C="$CLUSTER_DIR/scripts/cluster.sh"
 MOE=$PWD/build/moe
 VARIANTS=${VARIANTS:-"ep4+all fsdp2_ep2+all ep4_chunks4+all"}
@@ -23,6 +27,7 @@ for rate in "$@"; do
   "$C" up 2 --name plan --ranks-per-host 2 --link "$rate"
   echo "load ($rate): $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$OUT/load.txt"
   $W -np 2 --map-by node "$MOE" plan --calibrate --rates "$PWD/$OUT/rates.json" --out "$PWD/$OUT/link_$rate.json"
+  $W -np 4 "$MOE" plan --calibrate --rates "$PWD/$OUT/rates.json" --out "$PWD/$OUT/rates_cluster_$rate.json"
   args=()
   for v in $VARIANTS; do args+=(--variant "$v"); done
   # A slow link under load can starve the watchdog's liveness probe: give it a minute.
@@ -38,8 +43,8 @@ for r in json.load(open(sys.argv[1]))["dist_results"]:
     print(r["variant"])
 PY
     # One core per host (the harness splits the 2 cores over the 2 hosts): 0.5 core per rank.
-    $MOE plan --rates "$OUT/rates.json" --bench-variant "$v" \
-      --cluster "hosts=2,cores=1,ranks_per_host=2,threads=1,inter_bw=${bw}GB,inter_lat=${lat}us,sync=${sync}us" \
+    $MOE plan --rates "$OUT/rates_cluster_$rate.json" --bench-variant "$v" \
+      --cluster "hosts=2,cores=1,ranks_per_host=2,threads=1,inter_bw=${bw}GB,inter_lat=${lat}us" \
       --json "$OUT/p_cluster_${rate}_$v.json" >/dev/null
   done
 done

@@ -180,11 +180,21 @@ Contention contention_probe(const CalibrateOptions& o, Communicator& world, int 
   polite->set_polite_waits(true);
   Contention ct;
   ct.ranks_per_core = double(W) / std::max(1u, std::thread::hardware_concurrency());
-  // Compute slowdown: two forwards on rank 0 alone (the others sleep in a polled all-gather), then
-  // on every rank at once; the ratio to what the time slices alone give (max(1, ranks per core)).
+  // Compute slowdown: the step's own compute (forward + backward of the first shape at a quarter of
+  // its tokens, the T per rank of the validation's mpirun runs; a 16-token forward is bound by the
+  // weights' memory traffic and over-states it) on rank 0 alone (the others sleep in a polled
+  // all-gather), then on every rank at once; the ratio to what the time slices alone give
+  // (max(1, ranks per core)).
+  LayerShape Ls = o.shapes.front();
+  Ls.T = std::max<int64_t>(Ls.T / 4, 1);
+  bench::Case cs = c;
+  cs.T = Ls.T;
+  const bench::CaseInputs ins = bench::case_inputs(cs, uint64_t(world.rank()) + 1);
   auto timed_block = [&](std::vector<double>& t) {
     const double t0 = bench::now_ms();
-    work(2);
+    LayerOutputs out;
+    DistForwardPtr f = layer.forward(w, ins.x, nullptr, out);
+    LayerGrads g = layer.backward(*f, ins.dy);
     t.push_back((bench::now_ms() - t0) * 1e-3);
   };
   std::vector<double> alone, together;
@@ -202,7 +212,18 @@ Contention contention_probe(const CalibrateOptions& o, Communicator& world, int 
     timed_block(together);
   }
   together.erase(together.begin());
-  const double together_s = max_over_ranks(median(together));
+  // The slowest rank of each block, then the median over blocks: a step goes at its slowest rank's
+  // pace, and which rank is slowest changes from block to block (the max of the ranks' medians
+  // would miss that).
+  double together_s = 0;
+  {
+    std::vector<double> all(together.size() * size_t(W), 0.0), slowest(together.size(), 0.0);
+    world.all_gather(together.data(), all.data(), together.size() * sizeof(double));
+    for (size_t i = 0; i < together.size(); ++i)
+      for (int q = 0; q < W; ++q) slowest[i] = std::max(slowest[i], all[size_t(q) * together.size() + i]);
+    together_s = median(slowest);
+  }
+  const double medians_s = max_over_ranks(median(together));  // the slowest rank's median (logged)
   ct.compute_slowdown = std::max(together_s / (alone_s * std::max(1.0, ct.ranks_per_core)), 1.0);
   std::string curve;
   double back_to_back = 0;  // k = 0: the all-to-all's own cost, which the α–β terms already give
@@ -254,7 +275,8 @@ Contention contention_probe(const CalibrateOptions& o, Communicator& world, int 
         "; side engine's all-to-all of %lld B per peer: %.3f ms idle, %.3f ms busy -> side_busy %.1f us",
         (long long)block, side_s[0] * 1e3, side_s[1] * 1e3, ct.side_busy_s * 1e6);
     o.log("  contention at " + std::to_string(ct.ranks_per_core).substr(0, 4) + " ranks per core: compute " +
-          std::to_string(together_s * 1e3).substr(0, 6) + " ms on every rank, " +
+          std::to_string(together_s * 1e3).substr(0, 6) + " ms on every rank (slowest rank per block; its median " +
+          std::to_string(medians_s * 1e3).substr(0, 6) + " ms), " +
           std::to_string(alone_s * 1e3).substr(0, 6) + " ms alone -> slowdown " +
           std::to_string(ct.compute_slowdown).substr(0, 5) + "; a chunk's all-to-all after compute of" + curve +
           b);
