@@ -146,9 +146,11 @@ double sync_skew_s(Communicator& world) {
 // rows (64 tokens); its time less its time back to back (k = 0, the α–β cost) is the wait after
 // that much compute. Then the side engine: the same all-to-all, polled, submitted after a barrier,
 // waited for at once (the compute thread idle) or after four forwards (busy); the difference is
-// side_busy. Each number is the max over ranks of the rank's mean: a step's exposed time sums
-// many waits, so the occasional long one (a whole time slice) counts at its rate (moe bench
-// --dist reports the max over ranks).
+// side_busy (the max over ranks of the rank's mean: the op ends when the last member's worker is
+// done). The compute and the wait are the mean over ranks: a rank's wait at a collective is the
+// last arrival less its own, so the mean over ranks is max − mean of the arrivals, what the
+// step's critical path gains per collective over the mean rank's compute (the slowdown below);
+// the max over ranks (the earliest rank's wait, max − min) would count the spread twice.
 Contention contention_probe(const CalibrateOptions& o, Communicator& world, int iters) {
   const int W = world.size();
   LayerShape L = o.shapes.front();
@@ -172,6 +174,11 @@ Contention contention_probe(const CalibrateOptions& o, Communicator& world, int 
     world.all_gather(&v, all.data(), sizeof v);
     return *std::max_element(all.begin(), all.end());
   };
+  auto mean_over_ranks = [&](double v) {
+    std::vector<double> all(size_t(W), 0.0);
+    world.all_gather(&v, all.data(), sizeof v);
+    return mean(all);
+  };
   // The probe's message: one chunk's rows (64 tokens, K slots, D of dtype) per rank, as the step sends.
   const int64_t block = std::max<int64_t>(64 * L.K * L.D * int64_t(dtype_size(L.dtype)) / W, 1);
   std::vector<char> send(size_t(block * W), 1), recv(send.size());
@@ -184,7 +191,7 @@ Contention contention_probe(const CalibrateOptions& o, Communicator& world, int 
   // its tokens, the T per rank of the validation's mpirun runs; a 16-token forward is bound by the
   // weights' memory traffic and over-states it) on rank 0 alone (the others sleep in a polled
   // all-gather), then on every rank at once; the ratio to what the time slices alone give
-  // (max(1, ranks per core)).
+  // (max(1, ranks per core)), for the mean rank (the wait curve adds the slowest rank's lead).
   LayerShape Ls = o.shapes.front();
   Ls.T = std::max<int64_t>(Ls.T / 4, 1);
   bench::Case cs = c;
@@ -212,18 +219,17 @@ Contention contention_probe(const CalibrateOptions& o, Communicator& world, int 
     timed_block(together);
   }
   together.erase(together.begin());
-  // The slowest rank of each block, then the median over blocks: a step goes at its slowest rank's
-  // pace, and which rank is slowest changes from block to block (the max of the ranks' medians
-  // would miss that).
-  double together_s = 0;
+  // The mean over ranks of each rank's median; logged beside it, the median over blocks of the
+  // slowest rank of each block.
+  const double together_s = mean_over_ranks(median(together));
+  double slowest_s = 0;
   {
     std::vector<double> all(together.size() * size_t(W), 0.0), slowest(together.size(), 0.0);
     world.all_gather(together.data(), all.data(), together.size() * sizeof(double));
     for (size_t i = 0; i < together.size(); ++i)
       for (int q = 0; q < W; ++q) slowest[i] = std::max(slowest[i], all[size_t(q) * together.size() + i]);
-    together_s = median(slowest);
+    slowest_s = median(slowest);
   }
-  const double medians_s = max_over_ranks(median(together));  // the slowest rank's median (logged)
   ct.compute_slowdown = std::max(together_s / (alone_s * std::max(1.0, ct.ranks_per_core)), 1.0);
   std::string curve;
   double back_to_back = 0;  // k = 0: the all-to-all's own cost, which the α–β terms already give
@@ -238,7 +244,7 @@ Contention contention_probe(const CalibrateOptions& o, Communicator& world, int 
       const double t2 = bench::now_ms();
       if (i > 0) cw.push_back((t1 - t0) * 1e-3), tw.push_back((t2 - t1) * 1e-3);
     }
-    const double cs = max_over_ranks(mean(cw)), ts = max_over_ranks(mean(tw));
+    const double cs = mean_over_ranks(mean(cw)), ts = mean_over_ranks(mean(tw));
     curve +=
         " " + std::to_string(cs * 1e3).substr(0, 6) + " ms: " + std::to_string(ts * 1e3).substr(0, 6) + ";";
     if (!ct.compute_s.empty() && cs <= ct.compute_s.back()) continue;  // keep the points ascending
@@ -275,8 +281,8 @@ Contention contention_probe(const CalibrateOptions& o, Communicator& world, int 
         "; side engine's all-to-all of %lld B per peer: %.3f ms idle, %.3f ms busy -> side_busy %.1f us",
         (long long)block, side_s[0] * 1e3, side_s[1] * 1e3, ct.side_busy_s * 1e6);
     o.log("  contention at " + std::to_string(ct.ranks_per_core).substr(0, 4) + " ranks per core: compute " +
-          std::to_string(together_s * 1e3).substr(0, 6) + " ms on every rank (slowest rank per block; its median " +
-          std::to_string(medians_s * 1e3).substr(0, 6) + " ms), " +
+          std::to_string(together_s * 1e3).substr(0, 6) + " ms on every rank (mean rank; the slowest rank per block " +
+          std::to_string(slowest_s * 1e3).substr(0, 6) + " ms), " +
           std::to_string(alone_s * 1e3).substr(0, 6) + " ms alone -> slowdown " +
           std::to_string(ct.compute_slowdown).substr(0, 5) + "; a chunk's all-to-all after compute of" + curve +
           b);
