@@ -8,6 +8,8 @@
 # Prints, per configuration, predicted / measured in every round, the rounds within 20%, and the
 # ratio of the medians over the rounds; then how many rows were within 20% in each round.
 # Usage: scripts/plan_rounds.sh OUT_DIR ROUNDS [ITERS] [RATE]
+# SUMMARY_ONLY=1: only the tables, from OUT_DIR/r1 .. rROUNDS as they are (e.g. links to the rounds
+# of several runs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=$1
@@ -18,6 +20,7 @@ LOCK=${LOCK-/tmp/moe_quiet.lock}
 locked() { if [[ -n $LOCK ]]; then flock -x "$LOCK" "$@"; else "$@"; fi; }
 mkdir -p "$OUT"
 for ((k = 1; k <= ROUNDS; ++k)); do
+  [[ ${SUMMARY_ONLY:-0} == 1 ]] && break
   R=$OUT/r$k
   mkdir -p "$R"
   echo "round $k: $(date -u +%FT%TZ), load $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$OUT/rounds.txt"

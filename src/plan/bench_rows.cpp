@@ -19,7 +19,8 @@ std::vector<std::vector<int64_t>> bench_expert_rows(const Config& cfg, int ranks
   c.name = "dist", c.T = T, c.D = cfg.emb_dim, c.F = cfg.moe_mlp_dim, c.E = E, c.K = K, c.seed = seed;
   // sent[g][c][e]: rows of rank g's chunk c routed to the experts of expert index e.
   std::vector<std::vector<std::vector<int64_t>>> sent(
-      size_t(ranks), std::vector<std::vector<int64_t>>(size_t(chunks), std::vector<int64_t>(size_t(expert), 0)));
+      size_t(ranks),
+      std::vector<std::vector<int64_t>>(size_t(chunks), std::vector<int64_t>(size_t(expert), 0)));
   for (int g = 0; g < ranks; ++g) {
     const bench::CaseInputs in = bench::case_inputs(c, uint64_t(g) + 1);
     const RouterOutput ro = router_forward(cfg, in.x, kernel, nullptr);
@@ -32,7 +33,8 @@ std::vector<std::vector<int64_t>> bench_expert_rows(const Config& cfg, int ranks
   for (int r = 0; r < ranks; ++r) {
     const int group = r / expert, e = r % expert;
     for (int g = group * expert; g < (group + 1) * expert; ++g)
-      for (int ch = 0; ch < chunks; ++ch) rows[size_t(r)][size_t(ch)] += sent[size_t(g)][size_t(ch)][size_t(e)];
+      for (int ch = 0; ch < chunks; ++ch)
+        rows[size_t(r)][size_t(ch)] += sent[size_t(g)][size_t(ch)][size_t(e)];
   }
   return rows;
 }

@@ -209,7 +209,9 @@ struct Step {
   // slowest rank's; else uniform routing, Rc per chunk).
   bool routed() const { return int64_t(L.busiest_chunk_rows.size()) == n && lay.expert > 1; }
   double rows(int64_t c) const { return routed() ? L.busiest_chunk_rows[size_t(c)] : double(Rc); }
-  double step_rows() const { return routed() && L.busiest_step_rows > 0 ? L.busiest_step_rows : double(Rc * n); }
+  double step_rows() const {
+    return routed() && L.busiest_step_rows > 0 ? L.busiest_step_rows : double(Rc * n);
+  }
   double ffn_flops(double rows) const { return 6.0 * rows * double(L.D) * double(L.F); }
   // Rows of the expert-parallel receive buffer (ragged_buffer_factor -1: R·min(EP, E/K)).
   double buffer_rows() const { return double(Rc) * std::min<double>(lay.expert, double(L.E) / double(L.K)); }

@@ -87,7 +87,7 @@ TEST(PlanCollectives, FlatAndHierarchicalAcrossHosts) {
   ASSERT_EQ(g.p_local, 2);
   ASSERT_EQ(g.sharing, 1);
   Cost f = all_to_all(A2AAlgo::flat, g, 8e6, kIntra, kInter);
-  EXPECT_NEAR(f.alpha_s, 1 * 1e-6 + 6 * 10e-6, 1e-15);     // 1 local peer, 6 remote
+  EXPECT_NEAR(f.alpha_s, 1 * 1e-6 + 6 * 10e-6, 1e-15);  // 1 local peer, 6 remote
   // 1 MB local, 6 MB through the NIC, which carries the other local member's 6 MB at the same time.
   EXPECT_NEAR(f.beta_s, 1e6 / 1e9 + 2 * 6e6 / 1.25e9, 1e-15);
   Cost h = all_to_all(A2AAlgo::hierarchical, g, 8e6, kIntra, kInter);
@@ -191,7 +191,8 @@ TEST(PlanStep, BusiestRanksRowsTimeTheExpertOps) {
   EXPECT_NEAR(b.terms.at("weight_grads") - u.terms.at("weight_grads"), 6 * dr * D * F * 1e-9, 1e-12);
   EXPECT_NEAR(b.terms.at("ffn_backward") - u.terms.at("ffn_backward"),
               6 * dr * D * F * 1e-9 + 3 * dr * D * bytes * 1e-9, 1e-12);
-  EXPECT_NEAR(b.terms.at("ffn") - u.terms.at("ffn"), 6 * dr * D * F * 1e-9 + 3 * dr * D * bytes * 1e-9, 1e-12);
+  EXPECT_NEAR(b.terms.at("ffn") - u.terms.at("ffn"), 6 * dr * D * F * 1e-9 + 3 * dr * D * bytes * 1e-9,
+              1e-12);
   EXPECT_DOUBLE_EQ(b.terms.at("permute"), u.terms.at("permute"));  // this rank's own tokens: unchanged
   // Rows for another number of chunks than the layout's: uniform routing.
   Layout c4 = ep2;

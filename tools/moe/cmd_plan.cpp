@@ -16,9 +16,9 @@
 #include "cli_util.h"
 #include "commands.h"
 #include "io/atomic_file.h"
+#include "plan/bench_rows.h"
 #include "plan/calibrate.h"
 #include "plan/from_config.h"
-#include "plan/bench_rows.h"
 #include "plan/ranking.h"
 
 namespace moe::cli {
@@ -120,8 +120,8 @@ Input input_of(const PlanArgs& a, const plan::Cluster& cl) {
         in.layout = plan::layout_of(cfg, v.ranks(), algo);
         if (!a.uniform_routing && in.layout.expert > 1 && in.layout.chunks <= in.L.T) {
           // The bench's own routing (its inputs and router, seed 0): the busiest rank's rows.
-          const auto rows = plan::bench_expert_rows(cfg, v.ranks(), in.layout.expert, in.L.T,
-                                                    in.layout.chunks, 0);
+          const auto rows =
+              plan::bench_expert_rows(cfg, v.ranks(), in.layout.expert, in.L.T, in.layout.chunks, 0);
           in.L.busiest_chunk_rows.assign(size_t(in.layout.chunks), 0.0);
           std::string text;
           for (size_t r = 0; r < rows.size(); ++r) {
@@ -241,8 +241,9 @@ void add_plan(CLI::App& app) {
   c->add_flag("--layout-from-config", a->layout_from_config,
               "--config: predict only the config's own layout");
   c->add_option("--bench-variant", a->bench_variant, "A moe bench --dist variant: its layer and layout");
-  c->add_flag("--uniform-routing", a->uniform_routing,
-              "--bench-variant: take the routing as uniform (default: the bench's own, the busiest rank's rows)");
+  c->add_flag(
+      "--uniform-routing", a->uniform_routing,
+      "--bench-variant: take the routing as uniform (default: the bench's own, the busiest rank's rows)");
   c->add_option("--a2a", a->a2a, "All-to-all algorithm of a fixed layout")
       ->check(CLI::IsMember({"flat", "hierarchical"}));
   c->add_option("--weight-dtype", a->weight_dtype,
