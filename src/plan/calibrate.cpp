@@ -148,9 +148,9 @@ double sync_skew_s(Communicator& world) {
 // waited for at once (the compute thread idle) or after four forwards (busy); the difference is
 // side_busy (the max over ranks of the rank's mean: the op ends when the last member's worker is
 // done). The compute and the wait are the mean over ranks: a rank's wait at a collective is the
-// last arrival less its own, so the mean over ranks is max − mean of the arrivals, what the
-// step's critical path gains per collective over the mean rank's compute (the slowdown below);
-// the max over ranks (the earliest rank's wait, max − min) would count the spread twice.
+// last arrival less its own, so the mean over ranks is max − mean of the arrivals, the spread of
+// one interval's compute; the max over ranks (the earliest rank's wait, max − min) counts it
+// twice. The slowdown below is the slowest rank's (ranks here differ persistently, for seconds).
 Contention contention_probe(const CalibrateOptions& o, Communicator& world, int iters) {
   const int W = world.size();
   LayerShape L = o.shapes.front();
@@ -191,7 +191,7 @@ Contention contention_probe(const CalibrateOptions& o, Communicator& world, int 
   // its tokens, the T per rank of the validation's mpirun runs; a 16-token forward is bound by the
   // weights' memory traffic and over-states it) on rank 0 alone (the others sleep in a polled
   // all-gather), then on every rank at once; the ratio to what the time slices alone give
-  // (max(1, ranks per core)), for the mean rank (the wait curve adds the slowest rank's lead).
+  // (max(1, ranks per core)).
   LayerShape Ls = o.shapes.front();
   Ls.T = std::max<int64_t>(Ls.T / 4, 1);
   bench::Case cs = c;
@@ -219,16 +219,18 @@ Contention contention_probe(const CalibrateOptions& o, Communicator& world, int 
     timed_block(together);
   }
   together.erase(together.begin());
-  // The mean over ranks of each rank's median; logged beside it, the median over blocks of the
-  // slowest rank of each block.
-  const double together_s = mean_over_ranks(median(together));
-  double slowest_s = 0;
+  // The median over blocks of the slowest rank of each block: a step goes at its slowest rank's
+  // pace, and ranks differ persistently here (a core that runs slower for seconds: `moe bench
+  // --dist` traces show one rank of a pair slower on every op of a step), which the mean rank
+  // would miss. Logged beside it, the mean over ranks of each rank's median.
+  const double mean_rank_s = mean_over_ranks(median(together));
+  double together_s = 0;
   {
     std::vector<double> all(together.size() * size_t(W), 0.0), slowest(together.size(), 0.0);
     world.all_gather(together.data(), all.data(), together.size() * sizeof(double));
     for (size_t i = 0; i < together.size(); ++i)
       for (int q = 0; q < W; ++q) slowest[i] = std::max(slowest[i], all[size_t(q) * together.size() + i]);
-    slowest_s = median(slowest);
+    together_s = median(slowest);
   }
   ct.compute_slowdown = std::max(together_s / (alone_s * std::max(1.0, ct.ranks_per_core)), 1.0);
   std::string curve;
@@ -281,8 +283,8 @@ Contention contention_probe(const CalibrateOptions& o, Communicator& world, int 
         "; side engine's all-to-all of %lld B per peer: %.3f ms idle, %.3f ms busy -> side_busy %.1f us",
         (long long)block, side_s[0] * 1e3, side_s[1] * 1e3, ct.side_busy_s * 1e6);
     o.log("  contention at " + std::to_string(ct.ranks_per_core).substr(0, 4) + " ranks per core: compute " +
-          std::to_string(together_s * 1e3).substr(0, 6) + " ms on every rank (mean rank; the slowest rank per block " +
-          std::to_string(slowest_s * 1e3).substr(0, 6) + " ms), " +
+          std::to_string(together_s * 1e3).substr(0, 6) + " ms on every rank (the slowest rank per block; the mean rank " +
+          std::to_string(mean_rank_s * 1e3).substr(0, 6) + " ms), " +
           std::to_string(alone_s * 1e3).substr(0, 6) + " ms alone -> slowdown " +
           std::to_string(ct.compute_slowdown).substr(0, 5) + "; a chunk's all-to-all after compute of" + curve +
           b);
