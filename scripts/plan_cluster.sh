@@ -1,16 +1,24 @@
 #!/bin/bash
-# moe plan across hosts: 2 hosts x 2 ranks of the cluster-on-one-machine harness (branch `cluster`,
-# scripts/cluster.sh; CLUSTER_DIR points at a checkout with it) at each link rate given; per rate:
-# the link's α, β and sync measured with 1 rank per host (moe plan --calibrate under mpirun), the
-# `moe bench --dist` variants measured, then predicted with the measured link. Needs root and the
-# single-process rates of scripts/plan_validate.sh (OUT_DIR/rates.json).
+# moe plan across hosts: 2 hosts x 2 ranks of the cluster-on-one-machine harness (scripts/cluster.sh;
+# CLUSTER_DIR: a checkout with it, default this one) at each link rate given; per rate: the link's
+# α measured with 1 rank per host (moe plan --calibrate under mpirun -np 2 --map-by node), the
+# NIC's bandwidth with the run's placement (a 4 MB all-to-all of the 4 ranks, `moe bench --dist
+# --probe-mb 4`: both ranks of a host cross its NIC at once, and two TCP streams through the
+# shaped link carry more than one; solved for β_inter with the model's flat all-to-all formula,
+# the intra-host part at the rates file's shared memory),
+# the contention of the run's own placement (2 ranks on each host's one core, peers across the
+# link) measured under the cluster's mpirun -np 4 into OUT_DIR/rates_cluster_RATE.json, the
+# `moe bench --dist` variants measured, then predicted with the measured link and that contention
+# row (no `sync` on top: the row's wait after compute already holds the wait for the slowest peer
+# across the link). Needs root and the single-process rates of scripts/plan_validate.sh
+# (OUT_DIR/rates.json).
 # Usage: [VARIANTS="v1 v2"] scripts/plan_cluster.sh OUT_DIR RATE... (e.g. out/plan 1gbit 200mbit);
 # a rate already measured (OUT_DIR/m_cluster_RATE.json) with SKIP_MEASURED=1 is only predicted.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=$1
 shift
-CLUSTER_DIR=${CLUSTER_DIR:-/work/wt/cluster}
+CLUSTER_DIR=${CLUSTER_DIR:-$PWD}
 C="$CLUSTER_DIR/scripts/cluster.sh"
 MOE=$PWD/build/moe
 VARIANTS=${VARIANTS:-"ep4+all fsdp2_ep2+all ep4_chunks4+all"}
@@ -23,6 +31,8 @@ for rate in "$@"; do
   "$C" up 2 --name plan --ranks-per-host 2 --link "$rate"
   echo "load ($rate): $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$OUT/load.txt"
   $W -np 2 --map-by node "$MOE" plan --calibrate --rates "$PWD/$OUT/rates.json" --out "$PWD/$OUT/link_$rate.json"
+  $W -np 4 "$MOE" plan --calibrate --rates "$PWD/$OUT/rates.json" --out "$PWD/$OUT/rates_cluster_$rate.json"
+  $W -np 4 "$MOE" bench --dist --probe-mb 4 --probe-calls 1 --iters 7 | tee "$OUT/nic_$rate.txt"
   args=()
   for v in $VARIANTS; do args+=(--variant "$v"); done
   # A slow link under load can starve the watchdog's liveness probe: give it a minute.
@@ -31,31 +41,47 @@ for rate in "$@"; do
   "$C" down --name plan
   fi
   [[ -f $OUT/m_cluster_$rate.json ]] || continue
-  read -r bw lat sync < <(python3 -c "import json; i=json.load(open('$OUT/link_$rate.json'))['intra']; print(i['bw_gbps'], i['lat_us'], i['sync_us'])")
+  # β_inter of one host's NIC from the probe's median t (P=4 ranks, p=2 per host, n=4 MB per rank):
+  #   t = (p-1)·α_intra + (P-p)·α_inter + n(p-1)/P/β_intra + p·n(P-p)/P/β_inter
+  # with β_intra at half a core per rank (the model's scaling of shared-memory copies).
+  read -r bw lat < <(python3 - "$OUT" "$rate" <<'PY'
+import json, re, sys
+out, rate = sys.argv[1], sys.argv[2]
+i = json.load(open("%s/link_%s.json" % (out, rate)))["intra"]
+r = json.load(open("%s/rates.json" % out))["intra"]
+t = float(re.search(r"median ([0-9.]+) ms", open("%s/nic_%s.txt" % (out, rate)).read()).group(1)) * 1e-3
+P, p, n = 4, 2, 4e6
+a_intra, a_inter, b_intra = r["lat_us"] * 1e-6, i["lat_us"] * 1e-6, r["bw_gbps"] * 1e9 * 0.5
+rest = t - (p - 1) * a_intra - (P - p) * a_inter - n * (p - 1) / P / b_intra
+print(p * n * (P - p) / P / rest / 1e9, i["lat_us"])
+PY
+)
+  echo "$bw" >"$OUT/nic_$rate.gbps"
   python3 - "$OUT/m_cluster_$rate.json" <<'PY' | while read -r v; do
 import json, sys
 for r in json.load(open(sys.argv[1]))["dist_results"]:
     print(r["variant"])
 PY
     # One core per host (the harness splits the 2 cores over the 2 hosts): 0.5 core per rank.
-    $MOE plan --rates "$OUT/rates.json" --bench-variant "$v" \
-      --cluster "hosts=2,cores=1,ranks_per_host=2,threads=1,inter_bw=${bw}GB,inter_lat=${lat}us,sync=${sync}us" \
+    $MOE plan --rates "$OUT/rates_cluster_$rate.json" --bench-variant "$v" \
+      --cluster "hosts=2,cores=1,ranks_per_host=2,threads=1,inter_bw=${bw}GB,inter_lat=${lat}us" \
       --json "$OUT/p_cluster_${rate}_$v.json" >/dev/null
   done
 done
 python3 - "$OUT" "$@" <<'PY'
 import json, sys, os
 out = sys.argv[1]
-print("| link (tc rate) | measured link: GB/s, α us, sync us | variant | measured median ms (min-max) | predicted ms | predicted / measured | measured exposed ms | predicted exposed ms |")
+print("| link (tc rate) | measured link: NIC GB/s (2 ranks per host), α us | variant | measured median ms (min-max) | predicted ms | predicted / measured | measured exposed ms | predicted exposed ms |")
 print("|---|---|---|---|---|---|---|---|")
 for rate in sys.argv[2:]:
     if not os.path.exists(os.path.join(out, "m_cluster_%s.json" % rate)):
         continue
     i = json.load(open(os.path.join(out, "link_%s.json" % rate)))["intra"]
+    nic = float(open(os.path.join(out, "nic_%s.gbps" % rate)).read())
     for r in json.load(open(os.path.join(out, "m_cluster_%s.json" % rate)))["dist_results"]:
         p = json.load(open(os.path.join(out, "p_cluster_%s_%s.json" % (rate, r["variant"]))))["ranked"][0]
         ratio = p["step_ms"] / r["median_ms"]
-        print("| %s | %.3f, %.0f, %.0f | %s | %.1f (%.1f-%.1f) | %.1f | %.2f%s | %.1f | %.1f |" % (rate, i["bw_gbps"], i["lat_us"], i["sync_us"],
+        print("| %s | %.3f, %.0f | %s | %.1f (%.1f-%.1f) | %.1f | %.2f%s | %.1f | %.1f |" % (rate, nic, i["lat_us"],
               r["variant"], r["median_ms"], r["min_ms"], r["max_ms"], p["step_ms"], ratio, "" if abs(ratio - 1) <= 0.2 else " **off**",
               r["exposed_comm_ms"], p["exposed_comm_ms"]))
 PY

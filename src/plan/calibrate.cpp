@@ -146,9 +146,11 @@ double sync_skew_s(Communicator& world) {
 // rows (64 tokens); its time less its time back to back (k = 0, the α–β cost) is the wait after
 // that much compute. Then the side engine: the same all-to-all, polled, submitted after a barrier,
 // waited for at once (the compute thread idle) or after four forwards (busy); the difference is
-// side_busy. Each number is the max over ranks of the rank's mean: a step's exposed time sums
-// many waits, so the occasional long one (a whole time slice) counts at its rate (moe bench
-// --dist reports the max over ranks).
+// side_busy (the max over ranks of the rank's mean: the op ends when the last member's worker is
+// done). The compute and the wait are the mean over ranks: a rank's wait at a collective is the
+// last arrival less its own, so the mean over ranks is max − mean of the arrivals, the spread of
+// one interval's compute; the max over ranks (the earliest rank's wait, max − min) counts it
+// twice. The slowdown below is the slowest rank's (ranks here differ persistently, for seconds).
 Contention contention_probe(const CalibrateOptions& o, Communicator& world, int iters) {
   const int W = world.size();
   LayerShape L = o.shapes.front();
@@ -172,6 +174,11 @@ Contention contention_probe(const CalibrateOptions& o, Communicator& world, int 
     world.all_gather(&v, all.data(), sizeof v);
     return *std::max_element(all.begin(), all.end());
   };
+  auto mean_over_ranks = [&](double v) {
+    std::vector<double> all(size_t(W), 0.0);
+    world.all_gather(&v, all.data(), sizeof v);
+    return mean(all);
+  };
   // The probe's message: one chunk's rows (64 tokens, K slots, D of dtype) per rank, as the step sends.
   const int64_t block = std::max<int64_t>(64 * L.K * L.D * int64_t(dtype_size(L.dtype)) / W, 1);
   std::vector<char> send(size_t(block * W), 1), recv(send.size());
@@ -180,11 +187,21 @@ Contention contention_probe(const CalibrateOptions& o, Communicator& world, int 
   polite->set_polite_waits(true);
   Contention ct;
   ct.ranks_per_core = double(W) / std::max(1u, std::thread::hardware_concurrency());
-  // Compute slowdown: two forwards on rank 0 alone (the others sleep in a polled all-gather), then
-  // on every rank at once; the ratio to what the time slices alone give (max(1, ranks per core)).
+  // Compute slowdown: the step's own compute (forward + backward of the first shape at a quarter of
+  // its tokens, the T per rank of the validation's mpirun runs; a 16-token forward is bound by the
+  // weights' memory traffic and over-states it) on rank 0 alone (the others sleep in a polled
+  // all-gather), then on every rank at once; the ratio to what the time slices alone give
+  // (max(1, ranks per core)).
+  LayerShape Ls = o.shapes.front();
+  Ls.T = std::max<int64_t>(Ls.T / 4, 1);
+  bench::Case cs = c;
+  cs.T = Ls.T;
+  const bench::CaseInputs ins = bench::case_inputs(cs, uint64_t(world.rank()) + 1);
   auto timed_block = [&](std::vector<double>& t) {
     const double t0 = bench::now_ms();
-    work(2);
+    LayerOutputs out;
+    DistForwardPtr f = layer.forward(w, ins.x, nullptr, out);
+    LayerGrads g = layer.backward(*f, ins.dy);
     t.push_back((bench::now_ms() - t0) * 1e-3);
   };
   std::vector<double> alone, together;
@@ -202,7 +219,19 @@ Contention contention_probe(const CalibrateOptions& o, Communicator& world, int 
     timed_block(together);
   }
   together.erase(together.begin());
-  const double together_s = max_over_ranks(median(together));
+  // The median over blocks of the slowest rank of each block: a step goes at its slowest rank's
+  // pace, and ranks differ persistently here (a core that runs slower for seconds: `moe bench
+  // --dist` traces show one rank of a pair slower on every op of a step), which the mean rank
+  // would miss. Logged beside it, the mean over ranks of each rank's median.
+  const double mean_rank_s = mean_over_ranks(median(together));
+  double together_s = 0;
+  {
+    std::vector<double> all(together.size() * size_t(W), 0.0), slowest(together.size(), 0.0);
+    world.all_gather(together.data(), all.data(), together.size() * sizeof(double));
+    for (size_t i = 0; i < together.size(); ++i)
+      for (int q = 0; q < W; ++q) slowest[i] = std::max(slowest[i], all[size_t(q) * together.size() + i]);
+    together_s = median(slowest);
+  }
   ct.compute_slowdown = std::max(together_s / (alone_s * std::max(1.0, ct.ranks_per_core)), 1.0);
   std::string curve;
   double back_to_back = 0;  // k = 0: the all-to-all's own cost, which the α–β terms already give
@@ -217,7 +246,7 @@ Contention contention_probe(const CalibrateOptions& o, Communicator& world, int 
       const double t2 = bench::now_ms();
       if (i > 0) cw.push_back((t1 - t0) * 1e-3), tw.push_back((t2 - t1) * 1e-3);
     }
-    const double cs = max_over_ranks(mean(cw)), ts = max_over_ranks(mean(tw));
+    const double cs = mean_over_ranks(mean(cw)), ts = mean_over_ranks(mean(tw));
     curve +=
         " " + std::to_string(cs * 1e3).substr(0, 6) + " ms: " + std::to_string(ts * 1e3).substr(0, 6) + ";";
     if (!ct.compute_s.empty() && cs <= ct.compute_s.back()) continue;  // keep the points ascending
@@ -254,7 +283,8 @@ Contention contention_probe(const CalibrateOptions& o, Communicator& world, int 
         "; side engine's all-to-all of %lld B per peer: %.3f ms idle, %.3f ms busy -> side_busy %.1f us",
         (long long)block, side_s[0] * 1e3, side_s[1] * 1e3, ct.side_busy_s * 1e6);
     o.log("  contention at " + std::to_string(ct.ranks_per_core).substr(0, 4) + " ranks per core: compute " +
-          std::to_string(together_s * 1e3).substr(0, 6) + " ms on every rank, " +
+          std::to_string(together_s * 1e3).substr(0, 6) + " ms on every rank (the slowest rank per block; the mean rank " +
+          std::to_string(mean_rank_s * 1e3).substr(0, 6) + " ms), " +
           std::to_string(alone_s * 1e3).substr(0, 6) + " ms alone -> slowdown " +
           std::to_string(ct.compute_slowdown).substr(0, 5) + "; a chunk's all-to-all after compute of" + curve +
           b);

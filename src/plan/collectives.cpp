@@ -28,24 +28,27 @@ Cost synced(Cost c, const Group& g, const Link& intra, const Link& inter) {
 }  // namespace
 
 // Flat (pairwise exchange): P-1 messages of n/P; p_local-1 of them inside the host, P-p_local across.
+// The host's p_local members of every one of the `sharing` groups send across at once: the NIC
+// carries sharing·p_local members' bytes.
 //   α: (p_local-1)·α_intra + (P-p_local)·α_inter
-//   β: n(p_local-1)/P / β_intra + n(P-p_local)/P / (β_inter/sharing)
+//   β: n(p_local-1)/P / β_intra + n(P-p_local)/P / (β_inter/(sharing·p_local))
 Cost all_to_all(A2AAlgo algo, const Group& g, double n, const Link& intra, const Link& inter) {
   const double P = g.size, pl = g.p_local, h = g.hosts();
   Cost c;
   if (g.size == 1) return c;
   if (algo == A2AAlgo::flat || g.hosts() == 1) {
     c.alpha_s = (pl - 1) * intra.lat_s + (P - pl) * inter.lat_s;
-    c.beta_s = n * (pl - 1) / P / intra.bw_Bps + (P > pl ? n * (P - pl) / P / inter_bw(g, inter) : 0);
+    c.beta_s = n * (pl - 1) / P / intra.bw_Bps + (P > pl ? n * (P - pl) / P / (inter_bw(g, inter) / pl) : 0);
     return synced(c, g, intra, inter);
   }
   // Hierarchical, as src/comm/hier_a2a.h runs it (Tutel's 2DH): (1) an exchange inside the host,
   // after which local rank l holds every row of its host bound for lane l of any host; (2) an
-  // exchange on each lane (one rank per host): h-1 messages, each carrying p_local ranks' rows.
+  // exchange on each lane (one rank per host): h-1 messages, each carrying p_local ranks' rows; the
+  // host's p_local lanes (of each of the `sharing` groups) cross its NIC at once.
   //   α: (p_local-1)·α_intra + (h-1)·α_inter
-  //   β: n(p_local-1)/p_local / β_intra + n(h-1)/h / (β_inter/sharing)
+  //   β: n(p_local-1)/p_local / β_intra + n(h-1)/h / (β_inter/(sharing·p_local))
   c.alpha_s = (pl - 1) * intra.lat_s + (h - 1) * inter.lat_s;
-  c.beta_s = n * (pl - 1) / pl / intra.bw_Bps + n * (h - 1) / h / inter_bw(g, inter);
+  c.beta_s = n * (pl - 1) / pl / intra.bw_Bps + n * (h - 1) / h / (inter_bw(g, inter) / pl);
   return synced(c, g, intra, inter);
 }
 

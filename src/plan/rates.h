@@ -25,7 +25,8 @@ struct GemmPoint {
 // `mpirun -np N`, one row per ranks-per-core; docs/distributed.md, "Model of scale"). A blocking
 // collective completes when the last member arrives; the compute since the previous collective
 // is stretched unevenly on shared cores (time slices, memory bandwidth), so the others wait
-// wait_s(c) beyond the α–β cost, c = the compute thread's seconds since its previous collective:
+// wait_s(c) beyond the α–β cost (the mean over ranks: max − mean of the arrivals, what the step's
+// critical path gains over the mean rank), c = the compute thread's seconds since its previous collective:
 // linear between the measured points (compute_s[i], wait_s[i]), the last one beyond them.
 // A polled side-engine collective waits up to side_busy_s longer while its rank's compute thread
 // computes (its worker sleeps between polls and must get a core); less when the compute thread

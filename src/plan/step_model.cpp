@@ -205,11 +205,18 @@ struct Step {
     return g.hosts() == 1 ? c.beta_s : bytes * r.comm_cpu_ns_per_byte * 1e-9;
   }
   GemmPoint gemm(double rows_per_expert) const { return r.ffn_at(L.dtype, L.D, L.F, rows_per_expert); }
-  double ffn_flops() const { return 6.0 * double(Rc) * double(L.D) * double(L.F); }
+  // Rows this rank's experts compute in chunk c, and over the step (LayerShape::busiest_*: the
+  // slowest rank's; else uniform routing, Rc per chunk).
+  bool routed() const { return int64_t(L.busiest_chunk_rows.size()) == n && lay.expert > 1; }
+  double rows(int64_t c) const { return routed() ? L.busiest_chunk_rows[size_t(c)] : double(Rc); }
+  double step_rows() const {
+    return routed() && L.busiest_step_rows > 0 ? L.busiest_step_rows : double(Rc * n);
+  }
+  double ffn_flops(double rows) const { return 6.0 * rows * double(L.D) * double(L.F); }
   // Rows of the expert-parallel receive buffer (ragged_buffer_factor -1: R·min(EP, E/K)).
   double buffer_rows() const { return double(Rc) * std::min<double>(lay.expert, double(L.E) / double(L.K)); }
-  double local_sort_s() const {  // ep_sort_local + ep_unsort_local: the buffer in, the rows out
-    return lay.expert > 1 ? copy_s((buffer_rows() + 3.0 * double(Rc)) * double(L.D) * b) : 0;
+  double local_sort_s(double rows) const {  // ep_sort_local + ep_unsort_local: the buffer in, the rows out
+    return lay.expert > 1 ? copy_s((buffer_rows() + 3.0 * rows) * double(L.D) * b) : 0;
   }
 };
 
@@ -261,9 +268,9 @@ void weight_gathers(Step& s, Ev& up, Ev& down) {
 }
 
 // The FFN forward of one chunk: waits for the up projections before the first GEMM, wo before the last.
-void ffn_forward(Step& s, const std::string& name, double extra) {
-  const GemmPoint g = s.gemm(double(s.Rc) / double(s.El));
-  const double t = s.flops_s(s.ffn_flops(), g.ffn_gflops);
+void ffn_forward(Step& s, const std::string& name, double rows, double extra) {
+  const GemmPoint g = s.gemm(rows / double(s.El));
+  const double t = s.flops_s(s.ffn_flops(rows), g.ffn_gflops);
   s.sim.compute(name, "ffn", t * 2 / 3 + extra);
   s.sim.compute(name + ":wo", "ffn", t / 3);
 }
@@ -287,11 +294,12 @@ void forward_a2a(Step& s, std::vector<Ev>& routed, const Ev& up, const Ev& down)
   auto comp = [&](int64_t c) {
     s.sim.wait(sent[size_t(c)]);
     if (!waited_weights) s.sim.wait(up);
-    const GemmPoint g = s.gemm(double(s.Rc) / double(s.El));
-    const double t = s.flops_s(s.ffn_flops(), g.ffn_gflops);
-    s.sim.compute("ffn", "ffn", t * 2 / 3 + s.local_sort_s() / 2);
+    const double rows = s.rows(c);
+    const GemmPoint g = s.gemm(rows / double(s.El));
+    const double t = s.flops_s(s.ffn_flops(rows), g.ffn_gflops);
+    s.sim.compute("ffn", "ffn", t * 2 / 3 + s.local_sort_s(rows) / 2);
     if (!waited_weights) s.sim.wait(down), waited_weights = true;
-    s.sim.compute("ffn:wo", "ffn", t / 3 + s.local_sort_s() / 2);
+    s.sim.compute("ffn:wo", "ffn", t / 3 + s.local_sort_s(rows) / 2);
     if (!ep) return;
     const double bytes = double(s.Rc) * row_bytes;
     const Cost a = all_to_all(s.lay.a2a, s.ep, bytes, s.intra, s.inter);
@@ -321,10 +329,11 @@ void forward_ring(Step& s, std::vector<Ev>& routed, const Ev& up, const Ev& down
     s.sim.wait(got[size_t(c)]);
     if (!waited_weights) s.sim.wait(up), s.sim.wait(down), waited_weights = true;
     // Route the gathered tokens, permute this rank's rows, FFN, combine into [EP*Tc, D] f32 partials.
+    const double rows = s.rows(c);
     const double route = double(s.Rc) * P * s.r.sort_ns_per_row * 1e-9 / s.speed;
-    const double perm = s.bytes_s(2.0 * double(s.Rc) * row_bytes, s.r.permute_gbps);
-    const double part = s.copy_s(P * double(s.Tc) * double(s.L.D) * 4 + double(s.Rc) * row_bytes);
-    ffn_forward(s, "ffn", route + perm + part);
+    const double perm = s.bytes_s(2.0 * rows * row_bytes, s.r.permute_gbps);
+    const double part = s.copy_s(P * double(s.Tc) * double(s.L.D) * 4 + rows * row_bytes);
+    ffn_forward(s, "ffn", rows, route + perm + part);
     const Cost rs = ring_reduce_scatter(s.ep, double(s.Tc) * double(s.L.D) * 4, s.intra, s.inter);
     const double add = s.copy_s(P * double(s.Tc) * double(s.L.D) * 4);
     red[size_t(c)] = s.sim.collective(off, "RS:y", "RS:ring", rs, add,
@@ -340,10 +349,10 @@ void forward_ring(Step& s, std::vector<Ev>& routed, const Ev& up, const Ev& down
 // weight_grads, then each expert gradient back to its shard (boundary: AR over data x fsdp and keep
 // the shard; explicit plan: reduce_to_shard, an all-to-all of shards; offloaded as reduce_scatter).
 void weight_grads(Step& s, std::vector<Ev>& reduced) {
-  const GemmPoint g = s.gemm(double(s.Rc * s.n) / double(s.El));
-  double merge = s.n > 1 ? s.copy_s(2.0 * double(s.Rc * s.n) * double(2 * s.L.D + 4 * s.L.F) * s.b) : 0;
-  s.sim.compute("weight_grads", "weight_grads",
-                s.flops_s(s.ffn_flops() * double(s.n), g.weight_grads_gflops) + merge);
+  const double rows = s.step_rows();
+  const GemmPoint g = s.gemm(rows / double(s.El));
+  double merge = s.n > 1 ? s.copy_s(2.0 * rows * double(2 * s.L.D + 4 * s.L.F) * s.b) : 0;
+  s.sim.compute("weight_grads", "weight_grads", s.flops_s(s.ffn_flops(rows), g.weight_grads_gflops) + merge);
   const int G = s.dfs.size;
   if (G == 1) return;
   const double full = double(s.El) * double(s.L.D) * double(s.L.F) * 4;
@@ -380,9 +389,10 @@ void backward_a2a(Step& s, std::vector<Ev>& reduced) {
   };
   auto comp = [&](int64_t c) {
     s.sim.wait(sent[size_t(c)]);
-    const GemmPoint g = s.gemm(double(s.Rc) / double(s.El));
+    const double rows = s.rows(c);
+    const GemmPoint g = s.gemm(rows / double(s.El));
     s.sim.compute("ffn_backward", "ffn_backward",
-                  s.flops_s(s.ffn_flops(), g.ffn_backward_gflops) + s.local_sort_s());
+                  s.flops_s(s.ffn_flops(rows), g.ffn_backward_gflops) + s.local_sort_s(rows));
     if (!ep) return;
     const double bytes = double(s.Rc) * row_bytes;
     const Cost a = all_to_all(s.lay.a2a, s.ep, bytes, s.intra, s.inter);
@@ -407,10 +417,11 @@ void backward_ring(Step& s, std::vector<Ev>& reduced) {
   };
   auto comp = [&](int64_t c) {
     s.sim.wait(sent[size_t(c)]);
-    const GemmPoint g = s.gemm(double(s.Rc) / double(s.El));
+    const double rows = s.rows(c);
+    const GemmPoint g = s.gemm(rows / double(s.El));
     const double cb =
-        s.bytes_s(2.0 * double(s.Rc) * row_bytes + P * double(s.Tc * s.L.D) * 4, s.r.combine_backward_gbps);
-    s.sim.compute("ffn_backward", "ffn_backward", s.flops_s(s.ffn_flops(), g.ffn_backward_gflops) + cb);
+        s.bytes_s(2.0 * rows * row_bytes + P * double(s.Tc * s.L.D) * 4, s.r.combine_backward_gbps);
+    s.sim.compute("ffn_backward", "ffn_backward", s.flops_s(s.ffn_flops(rows), g.ffn_backward_gflops) + cb);
     Cost rs = ring_reduce_scatter(s.ep, double(s.Tc * s.L.D) * 4, s.intra, s.inter);
     const Cost rw = ring_reduce_scatter(s.ep, double(s.Tc * s.L.K) * 4, s.intra, s.inter);
     rs.alpha_s += rw.alpha_s, rs.beta_s += rw.beta_s;

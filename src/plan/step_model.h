@@ -23,6 +23,12 @@ struct LayerShape {
   std::string name;
   int64_t T = 0, D = 0, F = 0, E = 0, K = 0;
   DType dtype = DType::bf16, weight_dtype = DType::f32;
+  // The routing, when known (`moe plan --bench-variant`: plan/bench_rows.h): per chunk, the routed
+  // rows of the busiest rank's experts, and the most rows one rank's experts get over the step.
+  // A step goes at its slowest rank's pace (every collective waits for it), so the expert ops are
+  // timed at these rows. Empty (or not one per chunk of the layout): uniform routing, T·K/chunks.
+  std::vector<double> busiest_chunk_rows;
+  double busiest_step_rows = 0;
 };
 
 struct Layout {

@@ -87,11 +87,13 @@ TEST(PlanCollectives, FlatAndHierarchicalAcrossHosts) {
   ASSERT_EQ(g.p_local, 2);
   ASSERT_EQ(g.sharing, 1);
   Cost f = all_to_all(A2AAlgo::flat, g, 8e6, kIntra, kInter);
-  EXPECT_NEAR(f.alpha_s, 1 * 1e-6 + 6 * 10e-6, 1e-15);     // 1 local peer, 6 remote
-  EXPECT_NEAR(f.beta_s, 1e6 / 1e9 + 6e6 / 1.25e9, 1e-15);  // 1 MB local, 6 MB through the NIC
+  EXPECT_NEAR(f.alpha_s, 1 * 1e-6 + 6 * 10e-6, 1e-15);  // 1 local peer, 6 remote
+  // 1 MB local, 6 MB through the NIC, which carries the other local member's 6 MB at the same time.
+  EXPECT_NEAR(f.beta_s, 1e6 / 1e9 + 2 * 6e6 / 1.25e9, 1e-15);
   Cost h = all_to_all(A2AAlgo::hierarchical, g, 8e6, kIntra, kInter);
   EXPECT_NEAR(h.alpha_s, 1 * 1e-6 + 3 * 10e-6, 1e-15);  // 1 local peer, then 3 other hosts on the lane
-  EXPECT_NEAR(h.beta_s, 4e6 / 1e9 + 8e6 * 0.75 / 1.25e9, 1e-15);  // half the rows move inside the host
+  // Half the rows move inside the host; both local lanes cross the NIC at once.
+  EXPECT_NEAR(h.beta_s, 4e6 / 1e9 + 2 * 8e6 * 0.75 / 1.25e9, 1e-15);
   // Latency-bound (small n, many hosts): hierarchical wins; bandwidth-bound with a slow intra link: flat.
   Group wide = make_group(256, 1, 8);
   EXPECT_LT(all_to_all(A2AAlgo::hierarchical, wide, 1e4, kIntra, kInter).total(),
@@ -170,6 +172,32 @@ TEST(PlanStep, InlineCollectivesAreExposedAndStepIsComputePlusExposed) {
   // Four A2As of R·D·2 bytes over 2 ranks: each (α + n/2/β).
   const double n = 128 * 64 * 2;
   EXPECT_NEAR(p.terms.at("A2A"), 4 * (1e-6 + n / 2 / 1e9), 1e-12);
+}
+
+TEST(PlanStep, BusiestRanksRowsTimeTheExpertOps) {
+  // EP=2, one chunk: the busiest rank's experts get 160 rows instead of T·K = 128; the expert ops
+  // (FFN, its backward with the local sort's copies, weight gradients) grow by the 32 rows, nothing else.
+  const Rates r = round_rates();
+  Cluster cl;
+  cl.cores = 2, cl.ranks_per_host = 2;
+  Layout ep2;
+  ep2.expert = 2;
+  LayerShape L = small_layer();
+  const Prediction u = predict_step(L, ep2, cl, r);
+  L.busiest_chunk_rows = {160};
+  L.busiest_step_rows = 160;
+  const Prediction b = predict_step(L, ep2, cl, r);
+  const double D = 64, F = 32, dr = 32, bytes = 2;
+  EXPECT_NEAR(b.terms.at("weight_grads") - u.terms.at("weight_grads"), 6 * dr * D * F * 1e-9, 1e-12);
+  EXPECT_NEAR(b.terms.at("ffn_backward") - u.terms.at("ffn_backward"),
+              6 * dr * D * F * 1e-9 + 3 * dr * D * bytes * 1e-9, 1e-12);
+  EXPECT_NEAR(b.terms.at("ffn") - u.terms.at("ffn"), 6 * dr * D * F * 1e-9 + 3 * dr * D * bytes * 1e-9,
+              1e-12);
+  EXPECT_DOUBLE_EQ(b.terms.at("permute"), u.terms.at("permute"));  // this rank's own tokens: unchanged
+  // Rows for another number of chunks than the layout's: uniform routing.
+  Layout c4 = ep2;
+  c4.chunks = 4;
+  EXPECT_DOUBLE_EQ(predict_step(L, c4, cl, r).step_s, predict_step(small_layer(), c4, cl, r).step_s);
 }
 
 TEST(PlanStep, SideEngineOverlapHandComputed) {

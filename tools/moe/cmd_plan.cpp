@@ -5,6 +5,7 @@
 //   moe plan --rates FILE [--cluster SPEC] (--case NAME | --config C [key=value ...] | --bench-variant NAME)
 //            [--tokens N] [--top N] [--json FILE]                 rank the layouts, say why the first wins
 //   moe plan --rates FILE --sweep [--json FILE]                   8 to 1024 hosts at 10 and 100 Gbit/s
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -15,6 +16,7 @@
 #include "cli_util.h"
 #include "commands.h"
 #include "io/atomic_file.h"
+#include "plan/bench_rows.h"
 #include "plan/calibrate.h"
 #include "plan/from_config.h"
 #include "plan/ranking.h"
@@ -23,7 +25,7 @@ namespace moe::cli {
 namespace {
 
 struct PlanArgs {
-  bool calibrate = false, tiny = false, sweep = false, layout_from_config = false;
+  bool calibrate = false, tiny = false, sweep = false, layout_from_config = false, uniform_routing = false;
   std::string weight_dtype;
   std::string out, rates, cluster, case_name, config, bench_variant, json, a2a = "flat";
   std::vector<std::string> overrides;
@@ -44,15 +46,15 @@ void run_calibrate(const PlanArgs& a) {
   o.iters = a.iters;
   o.log = [](const std::string& s) { std::printf("%s\n", s.c_str()), std::fflush(stdout); };
   if (a.tiny) {
-    o.shapes.push_back({"tiny", 64, 64, 32, 8, 2, DType::bf16, DType::f32});
+    o.shapes.push_back({"tiny", 64, 64, 32, 8, 2, DType::bf16, DType::f32, {}, 0});
     o.iters = 1;
   } else {
-    o.shapes.push_back({"dist-bench", 1024, 1024, 512, 8, 2, DType::bf16, DType::f32});
-    o.shapes.push_back({"many-experts", 512, 1024, 512, 128, 8, DType::bf16, DType::f32});
+    o.shapes.push_back({"dist-bench", 1024, 1024, 512, 8, 2, DType::bf16, DType::f32, {}, 0});
+    o.shapes.push_back({"many-experts", 512, 1024, 512, 128, 8, DType::bf16, DType::f32, {}, 0});
   }
   if (a.case_name.size()) {
     const bench::Case& c = bench::find_case(a.case_name);
-    o.shapes.push_back({c.name, c.T, c.D, c.F, c.E, c.K, DType::bf16, DType::f32});
+    o.shapes.push_back({c.name, c.T, c.D, c.F, c.E, c.K, DType::bf16, DType::f32, {}, 0});
   }
   if (w.rank() == 0)
     std::printf("moe plan --calibrate: %zu shape(s), %d iters, %d rank(s)\n", o.shapes.size(), o.iters,
@@ -116,6 +118,25 @@ Input input_of(const PlanArgs& a, const plan::Cluster& cl) {
         in.L = plan::shape_of(cfg, a.tokens > 0 ? a.tokens : 256, "moe bench --dist");
         in.fixed = true;
         in.layout = plan::layout_of(cfg, v.ranks(), algo);
+        if (!a.uniform_routing && in.layout.expert > 1 && in.layout.chunks <= in.L.T) {
+          // The bench's own routing (its inputs and router, seed 0): the busiest rank's rows.
+          const auto rows =
+              plan::bench_expert_rows(cfg, v.ranks(), in.layout.expert, in.L.T, in.layout.chunks, 0);
+          in.L.busiest_chunk_rows.assign(size_t(in.layout.chunks), 0.0);
+          std::string text;
+          for (size_t r = 0; r < rows.size(); ++r) {
+            double total = 0;
+            text += (r ? "; rank " : "rank ") + std::to_string(r) + ":";
+            for (size_t c = 0; c < rows[r].size(); ++c) {
+              in.L.busiest_chunk_rows[c] = std::max(in.L.busiest_chunk_rows[c], double(rows[r][c]));
+              total += double(rows[r][c]);
+              text += " " + std::to_string(rows[r][c]);
+            }
+            in.L.busiest_step_rows = std::max(in.L.busiest_step_rows, total);
+          }
+          std::printf("the bench's routing, expert rows per chunk: %s (uniform: %lld)\n", text.c_str(),
+                      (long long)(in.L.T / in.layout.chunks * in.L.K));
+        }
       }
     if (!in.fixed)
       fail("--bench-variant ", a.bench_variant, ": unknown (moe bench --dist --list shows them)");
@@ -220,6 +241,9 @@ void add_plan(CLI::App& app) {
   c->add_flag("--layout-from-config", a->layout_from_config,
               "--config: predict only the config's own layout");
   c->add_option("--bench-variant", a->bench_variant, "A moe bench --dist variant: its layer and layout");
+  c->add_flag(
+      "--uniform-routing", a->uniform_routing,
+      "--bench-variant: take the routing as uniform (default: the bench's own, the busiest rank's rows)");
   c->add_option("--a2a", a->a2a, "All-to-all algorithm of a fixed layout")
       ->check(CLI::IsMember({"flat", "hierarchical"}));
   c->add_option("--weight-dtype", a->weight_dtype,

@@ -1,0 +1,93 @@
+#!/bin/bash
+# moe plan's validation against this machine's noise: ROUNDS rounds, each one whole
+# scripts/plan_validate.sh (calibrate, then measure every variant, then predict it from that
+# round's own rates) and, with RATE, one scripts/plan_cluster.sh at that link rate (2 hosts x 2
+# ranks; root) in the same round, so each prediction is compared with the measurement of its own
+# round. Each script runs under `flock -x $LOCK` (default /tmp/moe_quiet.lock; LOCK= runs without),
+# so nothing else measured or built meanwhile, and the lock is let go between them.
+# Prints, per configuration, predicted / measured in every round, the rounds within 20%, and the
+# ratio of the medians over the rounds; then how many rows were within 20% in each round.
+# Usage: scripts/plan_rounds.sh OUT_DIR ROUNDS [ITERS] [RATE]
+# SUMMARY_ONLY=1: only the tables, from OUT_DIR/r1 .. rROUNDS as they are (e.g. links to the rounds
+# of several runs).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+OUT=$1
+ROUNDS=$2
+ITERS=${3:-5}
+RATE=${4:-}
+LOCK=${LOCK-/tmp/moe_quiet.lock}
+locked() { if [[ -n $LOCK ]]; then flock -x "$LOCK" "$@"; else "$@"; fi; }
+mkdir -p "$OUT"
+for ((k = 1; k <= ROUNDS; ++k)); do
+  [[ ${SUMMARY_ONLY:-0} == 1 ]] && break
+  R=$OUT/r$k
+  mkdir -p "$R"
+  echo "round $k: $(date -u +%FT%TZ), load $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$OUT/rounds.txt"
+  locked scripts/plan_validate.sh "$R" "$ITERS" >"$R/validate.log" 2>&1 || echo "round $k: plan_validate.sh failed" | tee -a "$OUT/rounds.txt"
+  if [[ -n $RATE ]]; then
+    locked scripts/plan_cluster.sh "$R" "$RATE" >"$R/cluster.log" 2>&1 || echo "round $k: plan_cluster.sh failed" | tee -a "$OUT/rounds.txt"
+  fi
+  echo "round $k done: $(date -u +%FT%TZ), load $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$OUT/rounds.txt"
+done
+python3 - "$OUT" "$ROUNDS" "$RATE" <<'PY'
+import json, os, statistics, sys
+out, rounds, rate = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+runs = [("np1_t1.json", "1 process, 1 thread"), ("np1_t1_T1024.json", "1 process, 1 thread, T=1024"),
+        ("np1_pool.json", "1 process, full pool"), ("np2.json", "mpirun -np 2"), ("np4.json", "mpirun -np 4")]
+def load(path):
+    return json.load(open(path)) if os.path.exists(path) else None
+rows = {}  # (label, variant) -> per round (measured, predicted, measured exposed, predicted exposed)
+order = []
+for k in range(1, rounds + 1):
+    r = os.path.join(out, "r%d" % k)
+    sets = [(tag, label, "p_%s_%%s.json" % tag) for tag, label in runs]
+    if rate:
+        sets.append(("cluster_%s.json" % rate, "2 hosts x 2 ranks, %s" % rate, "p_cluster_%s_%%s.json" % rate))
+    for tag, label, pred in sets:
+        m = load(os.path.join(r, "m_" + tag))
+        if not m:
+            continue
+        for x in m["dist_results"]:
+            p = load(os.path.join(r, pred % x["variant"]))
+            if not p:
+                continue
+            p = p["ranked"][0]
+            key = (label, x["variant"])
+            if key not in rows:
+                rows[key] = {}
+                order.append(key)
+            rows[key][k] = (x["median_ms"], p["step_ms"], x["exposed_comm_ms"], p["exposed_comm_ms"])
+ok = lambda q: abs(q - 1) <= 0.2
+print("| run | variant | " + " | ".join("round %d: measured ms, predicted / measured" % k for k in range(1, rounds + 1)) +
+      " | rounds within 20% | median measured ms | median predicted ms | ratio of medians |")
+print("|---|---|" + "---|" * rounds + "---|---|---|---|")
+group = lambda key: "across hosts" if key[0].startswith("2 hosts") else "one host"
+per_round = {(k, g): [0, 0] for k in range(1, rounds + 1) for g in ("one host", "across hosts")}
+over = {g: [0, 0] for g in ("one host", "across hosts")}
+for key in order:
+    cells, within = [], 0
+    for k in range(1, rounds + 1):
+        if k not in rows[key]:
+            cells.append("-")
+            continue
+        m, p, _, _ = rows[key][k]
+        q = p / m
+        within += ok(q)
+        per_round[(k, group(key))][0] += ok(q)
+        per_round[(k, group(key))][1] += 1
+        cells.append("%.1f, %.2f%s" % (m, q, "" if ok(q) else " **off**"))
+    mm = statistics.median(v[0] for v in rows[key].values())
+    pm = statistics.median(v[1] for v in rows[key].values())
+    over[group(key)][0] += ok(pm / mm)
+    over[group(key)][1] += 1
+    print("| %s | %s | %s | %d of %d | %.1f | %.1f | %.2f%s |" % (key[0], key[1], " | ".join(cells), within,
+          len(rows[key]), mm, pm, pm / mm, "" if ok(pm / mm) else " **off**"))
+print()
+for g in ("one host", "across hosts"):
+    if not over[g][1]:
+        continue
+    for k in range(1, rounds + 1):
+        print("%s, round %d: %d of %d within 20%%" % (g, k, per_round[(k, g)][0], per_round[(k, g)][1]))
+    print("%s, ratio of the medians over the rounds: %d of %d within 20%%" % (g, over[g][0], over[g][1]))
+PY
