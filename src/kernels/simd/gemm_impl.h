@@ -436,8 +436,9 @@ constexpr int64_t kTaskRows = 252, kSplit = 4;
 // its row tiles over the slab, and keeps the f32 partial sums of its rows in a
 // scratch block between reduction blocks (Tile's `init`): each element stays
 // one chain in word order, so the bits are those of the panel path.
-// kSlabRunBytes 256 against 1024 (a slab of 2 panels, 4x the words, at avx512_bf16): 0.76-1.07 of
-// the time per op, 0.93 median over 14 A/Bs at three levels (docs/benchmarks.md, 2026-12-02).
+// kSlabRunBytes 256 against 1024 (a slab of 2 panels, 4x the words, at avx512_bf16): 0.76-1.13 of
+// the time per op, median 0.93, over 19 in-process A/Bs at three levels (docs/benchmarks.md,
+// "Where the time goes now", 2026-12-02).
 constexpr int64_t kSlabRows = 96;          // average rows per non-empty group at or below which slabs are used
 constexpr int64_t kSlabRunBytes = 256;     // bytes of a weight row packed per run (gmm's row-major weights)
 constexpr int64_t kSlabBytes = 128 << 10;  // packed bytes per slab (with the partial sums and the next slab: L2)
