@@ -397,7 +397,7 @@ void run_rows(const AView& a, int64_t r0, int64_t r1, const uint32_t* b, int64_t
   for (int64_t r = r0; r < r1; r += MR) {
     const int mr = int(std::min<int64_t>(MR, r1 - r));
     ptrdiff_t off[MR];
-    for (int i = 0; i < MR; ++i) off[i] = (r + std::min(i, mr - 1)) * a.row_bytes;
+    for (int i = 0; i < mr; ++i) off[i] = (r + i) * a.row_bytes;  // a tile of mr rows reads mr offsets
     const float* tile_init = init ? init + r * ldi : nullptr;
     if (mr == MR)
       Tile<V, Step, MR, NV>::run(a.base, off, a.step_bytes, bf, P, half_last, out + r * ldc, ldc, mr, nc, stream,
