@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <numeric>
 
 #include "core/counter_rng.h"
@@ -43,27 +44,27 @@ void add_model_cases(std::vector<Case>& v) {
   v.push_back(model_case("olmoe-1b-7b", "OLMoE-1B-7B experts (64, top-8)",
                          "allenai/OLMoE-1B-7B-0924 config.json: hidden_size 2048, intermediate_size 1024, "
                          "num_experts 64, num_experts_per_tok 8",
-                         512, 2048, 1024, 64, 8));
+                         2048, 2048, 1024, 64, 8));
   v.push_back(
       model_case("qwen1.5-moe-a2.7b", "Qwen1.5-MoE-A2.7B routed experts (60, top-4; shared expert left out)",
                  "Qwen/Qwen1.5-MoE-A2.7B config.json: hidden_size 2048, moe_intermediate_size 1408, "
                  "num_experts 60, num_experts_per_tok 4 (shared_expert_intermediate_size 5632: left out)",
-                 512, 2048, 1408, 60, 4));
+                 3840, 2048, 1408, 60, 4));
   v.push_back(
       model_case("deepseek-v2-lite", "DeepSeek-V2-Lite routed experts (64, top-6; 2 shared experts left out)",
                  "deepseek-ai/DeepSeek-V2-Lite config.json: hidden_size 2048, moe_intermediate_size 1408, "
                  "n_routed_experts 64, num_experts_per_tok 6 (n_shared_experts 2: left out)",
-                 512, 2048, 1408, 64, 6));
+                 2816, 2048, 1408, 64, 6));
   v.push_back(model_case("gpt-oss-20b",
                          "gpt-oss-20b experts (32, top-4; its clamped SwiGLU and biases: silu here)",
                          "openai/gpt-oss-20b config.json: hidden_size 2880, intermediate_size 2880, "
                          "num_local_experts 32, num_experts_per_tok 4",
-                         256, 2880, 2880, 32, 4));
+                         2048, 2880, 2880, 32, 4));
   v.push_back(model_case(
       "granite-3b-a800m", "Granite-3.0-3B-A800M experts (40, top-8)",
       "ibm-granite/granite-3.0-3b-a800m-base config.json: hidden_size 1536, intermediate_size 512, "
       "num_local_experts 40, num_experts_per_tok 8",
-      1024, 1536, 512, 40, 8));
+      1280, 1536, 512, 40, 8));
   v.push_back(model_case(
       "granite-1b-a400m", "Granite-3.0-1B-A400M experts (32, top-8)",
       "ibm-granite/granite-3.0-1b-a400m-base config.json: hidden_size 1024, intermediate_size 512, "
@@ -73,7 +74,7 @@ void add_model_cases(std::vector<Case>& v) {
       model_case("mixtral-8x7b", "Mixtral-8x7B experts (8, top-2), full size",
                  "mistralai/Mixtral-8x7B-v0.1 config.json: hidden_size 4096, intermediate_size 14336, "
                  "num_local_experts 8, num_experts_per_tok 2",
-                 64, 4096, 14336, 8, 2));
+                 1024, 4096, 14336, 8, 2));
 }
 
 std::vector<Case> make_cases() {
@@ -149,6 +150,27 @@ const Case& find_case(std::string_view name) {
     known += (known.empty() ? "" : ", ") + c.name;
   }
   fail("unknown case '", name, "' (known cases: ", known, ")");
+}
+
+Case with_shape_overrides(Case c, const std::vector<std::string>& overrides, std::string_view who) {
+  for (const std::string& kv : overrides) {
+    auto eq = kv.find('=');
+    std::string key = kv.substr(0, eq);
+    int64_t* field = key == "T"   ? &c.T
+                     : key == "D" ? &c.D
+                     : key == "F" ? &c.F
+                     : key == "E" ? &c.E
+                     : key == "K" ? &c.K
+                                  : nullptr;
+    if (eq == std::string::npos || !field)
+      fail(who, ": override '", kv, "' is not one of T=, D=, F=, E=, K= with a positive integer");
+    char* end = nullptr;
+    long long v = std::strtoll(kv.c_str() + eq + 1, &end, 10);
+    if (eq + 1 == kv.size() || *end != '\0' || v <= 0) fail(who, ": override '", kv, "' needs a positive integer");
+    *field = v;
+  }
+  if (c.K > c.E) fail(who, ": K=", c.K, " is more than E=", c.E);
+  return c;
 }
 
 Config case_config(const Case& c, DType dtype) {

@@ -51,6 +51,10 @@ std::vector<Case> model_cases();
 std::vector<Case> small_cases();
 // Throws moe::Error naming `name` and listing the known cases.
 const Case& find_case(std::string_view name);
+// `c` with its shape changed by KEY=VALUE overrides (T=, D=, F=, E=, K=; positive integers), as
+// `moe bench [--scenario ...] --case NAME T=64` takes them. Throws moe::Error naming the override
+// (prefixed by `who`) for an unknown key, a bad value, or K > E.
+Case with_shape_overrides(Case c, const std::vector<std::string>& overrides, std::string_view who);
 
 // The layer config of a case: E, K, D, F, activation, capacity from the case,
 // `dtype` for activations, f32 stored weights, separate wi_0/wi_1, fused kernels.

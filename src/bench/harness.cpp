@@ -160,6 +160,7 @@ std::vector<BenchResult> run_bench(const BenchOptions& opts,
   std::vector<Case> cases;
   for (const auto& name : opts.cases) cases.push_back(find_case(name));
   if (opts.cases.empty()) cases = bench_cases();
+  for (Case& c : cases) c = with_shape_overrides(c, opts.overrides, "moe bench");
   std::vector<BenchResult> rows;
   for (const Case& c : cases) {
     CaseRun run{c, opts, case_inputs(c, opts.seed)};

@@ -23,6 +23,7 @@ struct BenchOptions {
   int iters = 5;                      // timed iterations per variant (>= 1)
   int warmup = 1;                     // untimed iterations after the check run (>= 0)
   uint64_t seed = 0;
+  std::vector<std::string> overrides;  // T=, D=, F=, E=, K= applied to every case (with_shape_overrides)
 };
 
 // One row of the report: a (case, variant, dtype, pass) combination.

@@ -64,27 +64,6 @@ class PhaseMeter {
   alloc::Stats a0_{};
 };
 
-Case with_overrides(Case c, const std::vector<std::string>& overrides) {
-  for (const std::string& kv : overrides) {
-    auto eq = kv.find('=');
-    std::string key = kv.substr(0, eq);
-    int64_t* field = key == "T"   ? &c.T
-                     : key == "D" ? &c.D
-                     : key == "F" ? &c.F
-                     : key == "E" ? &c.E
-                     : key == "K" ? &c.K
-                                  : nullptr;
-    if (eq == std::string::npos || !field)
-      fail("--scenario: override '", kv, "' is not one of T=, D=, F=, E=, K= with a positive integer");
-    char* end = nullptr;
-    long long v = std::strtoll(kv.c_str() + eq + 1, &end, 10);
-    if (*end != '\0' || v <= 0) fail("--scenario: override '", kv, "' needs a positive integer");
-    *field = v;
-  }
-  if (c.K > c.E) fail("--scenario: K=", c.K, " is more than E=", c.E);
-  return c;
-}
-
 // The case's fused variant (what a user runs); the accumulate scenario keeps
 // f32 master weights (cast to the compute dtype every step), as a trainer does.
 Config fused_config(const Case& c, DType dtype, const std::string& scenario) {
@@ -335,12 +314,12 @@ RealUseReport run_real_use(const RealUseOptions& o) {
   if (o.scenario != "changing-t" && o.scenario != "sequential" && o.scenario != "accumulate")
     fail("--scenario must be changing-t, sequential or accumulate, got '", o.scenario, "'");
   std::vector<Case> cases;
-  for (const std::string& name : o.cases) cases.push_back(with_overrides(find_case(name), o.overrides));
+  for (const std::string& name : o.cases) cases.push_back(with_shape_overrides(find_case(name), o.overrides, "--scenario"));
   if (cases.empty()) {
     if (o.scenario == "sequential") {
-      for (const Case& c : bench_cases()) cases.push_back(with_overrides(c, o.overrides));
+      for (const Case& c : bench_cases()) cases.push_back(with_shape_overrides(c, o.overrides, "--scenario"));
     } else {
-      cases.push_back(with_overrides(find_case("many-experts"), o.overrides));
+      cases.push_back(with_shape_overrides(find_case("many-experts"), o.overrides, "--scenario"));
     }
   }
   RealUseReport rep;

@@ -56,12 +56,43 @@ TEST(Cases, ModelCasesHaveThePublishedShapes) {
     EXPECT_EQ((std::vector<int64_t>{c.D, c.F, c.E, c.K}), want[i].second) << c.name;
     EXPECT_TRUE(c.model && !c.test_problem) << c.name;
     EXPECT_NE(c.source.find("config.json"), std::string::npos) << c.name;
-    EXPECT_GT(c.T, 0) << c.name;
+    // T: the smallest multiple of 256 tokens that gives each expert 256 rows on average (a training
+    // micro-batch of at most 4096 tokens for every one of these models).
+    EXPECT_EQ(c.T % 256, 0) << c.name;
+    EXPECT_GE(c.T * c.K, 256 * c.E) << c.name;
+    EXPECT_LT((c.T - 256) * c.K, 256 * c.E) << c.name;
+    EXPECT_LE(c.T, 4096) << c.name;
     EXPECT_EQ(c.activation, Activation::silu) << c.name;
   }
   for (const Case& c : bench::bench_cases()) EXPECT_FALSE(c.model) << c.name;
   for (const Case& c : bench::small_cases()) EXPECT_FALSE(c.model) << c.name;
   for (const auto& [name, shape] : want) EXPECT_EQ(bench::find_case(name).name, name);
+}
+
+// `moe bench --case NAME T=64`: the shape overrides, and what they refuse.
+TEST(Cases, ShapeOverrides) {
+  const Case& m = bench::find_case("mixtral-8x7b");
+  Case c = bench::with_shape_overrides(m, {"T=64"}, "moe bench");
+  EXPECT_EQ(c.T, 64);
+  EXPECT_EQ((std::vector<int64_t>{c.D, c.F, c.E, c.K, int64_t(c.seed)}),
+            (std::vector<int64_t>{m.D, m.F, m.E, m.K, int64_t(m.seed)}));
+  c = bench::with_shape_overrides(m, {"D=64", "F=32", "E=4", "K=3"}, "moe bench");
+  EXPECT_EQ((std::vector<int64_t>{c.T, c.D, c.F, c.E, c.K}), (std::vector<int64_t>{m.T, 64, 32, 4, 3}));
+  auto message = [&](const std::vector<std::string>& o) {
+    try {
+      bench::with_shape_overrides(m, o, "moe bench");
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  EXPECT_NE(message({"X=3"}).find("moe bench: override 'X=3' is not one of T=, D=, F=, E=, K="),
+            std::string::npos);
+  EXPECT_NE(message({"T"}).find("override 'T' is not one of"), std::string::npos);
+  EXPECT_NE(message({"T="}).find("override 'T=' needs a positive integer"), std::string::npos);
+  EXPECT_NE(message({"T=0"}).find("override 'T=0' needs a positive integer"), std::string::npos);
+  EXPECT_NE(message({"T=12x"}).find("override 'T=12x' needs a positive integer"), std::string::npos);
+  EXPECT_NE(message({"K=9"}).find("K=9 is more than E=8"), std::string::npos);
 }
 
 TEST(Cases, FlopAndByteCounts) {

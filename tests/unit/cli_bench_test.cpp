@@ -89,6 +89,23 @@ TEST(CliBench, BadArgumentsAreErrors) {
   r = testing::run_moe("bench --list", dir.path());
   EXPECT_EQ(r.exit_code, 0);
   EXPECT_NE(r.out.find("seed-mixtral"), std::string::npos);
+  r = testing::run_moe("bench --case tiny X=4 --iters 1", dir.path());
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("moe bench: override 'X=4' is not one of T=, D=, F=, E=, K="), std::string::npos) << r.err;
+}
+
+// `--case NAME T=16`: the case runs at the overridden shape (one name per --case; the rest are overrides).
+TEST(CliBench, ShapeOverrideChangesTheCase) {
+  testing::TempDir dir;
+  auto r = testing::run_moe("bench --case tiny T=16 --iters 1 --warmup 0 --json " + dir.file("out.json"), dir.path());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto doc = nlohmann::json::parse(testing::read_bytes(dir.file("out.json")));
+  ASSERT_FALSE(doc.at("results").empty());
+  for (const auto& row : doc.at("results")) {
+    EXPECT_EQ(row.at("case"), "tiny");
+    EXPECT_EQ(row.at("shape").at("T"), 16) << row.dump();
+    EXPECT_NE(row.at("check"), "FAIL") << row.dump();
+  }
 }
 
 // The baseline computes in the dtype the kernel level computes in: bf16 only at the levels with a

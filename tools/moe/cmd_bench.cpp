@@ -59,13 +59,13 @@ void run_bench_cmd(const BenchArgs& a) {
     d.json = a.json, d.iters = a.iters, d.warmup = a.warmup, d.seed = a.seed, d.list = a.list;
     return run_bench_dist(d);
   }
-  if (!a.d.variants.empty() || !a.d.overrides.empty()) fail("--variant and key=value need --dist");
+  if (!a.d.variants.empty()) fail("--variant needs --dist");
   if (a.list) return list_cases();
   bench::BenchOptions o;
   o.cases = a.cases;
   o.dtype = a.dtype == "f32" ? DType::f32 : DType::bf16;
   if (!a.weight_dtype.empty()) o.weight_dtype = a.weight_dtype == "f32" ? DType::f32 : DType::bf16;
-  o.iters = a.iters, o.warmup = a.warmup, o.seed = a.seed;
+  o.iters = a.iters, o.warmup = a.warmup, o.seed = a.seed, o.overrides = a.d.overrides;
   if (!a.json.empty()) check_output_dir(a.json, "--json");
   bool header = false;  // printed with the first row, so an argument error comes alone
   auto rows = bench::run_bench(o, [&header](const bench::BenchResult& r) {
@@ -95,7 +95,8 @@ void add_bench(CLI::App& app) {
       "Benchmark the layer on the registry's cases: every variant (reference / fused kernels, split layout)\n"
       "is checked bit for bit against its baseline (PASS/FAIL), then timed forward and forward+backward,\n"
       "next to a dense GEMM baseline and memcpy measured in the same run. See docs/benchmarks.md.");
-  c->add_option("--case", a->cases, "Case name (repeatable; default: every bench case). --list shows them");
+  c->add_option("--case", a->cases, "Case name (repeatable; default: every bench case). --list shows them")
+      ->allow_extra_args(false);  // one name per --case, so `--case NAME T=64` leaves T=64 an override
   c->add_option("--dtype", a->dtype, "Activation dtype")->check(CLI::IsMember({"bf16", "f32"}));
   c->add_option(
        "--weight-dtype", a->weight_dtype,
@@ -118,7 +119,8 @@ void add_bench(CLI::App& app) {
   c->add_option("--tokens", a->d.tokens, "--dist: tokens per rank (default 256)");
   c->add_option(
       "overrides", a->d.overrides,
-      "--dist: key=value overrides of the layer (D=1024 F=512 E=8 K=2 bf16); --scenario: T= D= F= E= K=");
+      "--dist: key=value overrides of the layer (D=1024 F=512 E=8 K=2 bf16); otherwise the cases' shape:\n"
+      "T= D= F= E= K= (e.g. --case mixtral-8x7b T=64)");
   c->add_option("--scenario", a->scenario,
                 "Real use (docs/benchmarks.md, Real use): changing T, cases in sequence, accumulation")
       ->check(CLI::IsMember({"changing-t", "sequential", "accumulate"}));
