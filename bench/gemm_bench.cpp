@@ -41,7 +41,9 @@ const FfnCase kCases[] = {
     {"seed-mixtral f32", DType::f32, 2048, 4096, 1024, 8, 2},
     {"skewed bf16", DType::bf16, 2048, 1024, 512, 64, 4, true},
     {"one-group bf16", DType::bf16, 8192, 1024, 512, 1, 1},
-    // The registry's public-model cases (src/bench/cases.cpp): few rows per expert.
+    // The public models' expert shapes (src/bench/cases.cpp) at few rows per expert (16-64; the
+    // weight-bound regime): the registry's T until 2026-12-02. The registry now runs them at 256
+    // rows per expert; `gemm_bench REPS CASE T` runs these shapes at any T.
     {"olmoe-1b-7b bf16", DType::bf16, 512, 2048, 1024, 64, 8},
     {"qwen1.5-moe-a2.7b bf16", DType::bf16, 512, 2048, 1408, 60, 4},
     {"deepseek-v2-lite bf16", DType::bf16, 512, 2048, 1408, 64, 6},

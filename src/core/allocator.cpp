@@ -93,7 +93,10 @@ size_t available_bytes() {
 
 size_t cap_from_env() {
   const char* s = std::getenv("MOE_ALLOC_CACHE_MIB");
-  if (!s || !*s) return physical_bytes() / 4;
+  // Half of physical memory: a quarter made a step that frees more than that at once (mixtral-8x7b's
+  // fwd+bwd frees ~8 GiB on a 24 GiB machine) give its pages back and fault them in again every step
+  // (docs/architecture.md §7). The footprint bound and the MemAvailable check still apply below it.
+  if (!s || !*s) return physical_bytes() / 2;
   char* end = nullptr;
   unsigned long long mib = std::strtoull(s, &end, 10);
   if (*end != '\0' || s[0] == '-' || mib > (SIZE_MAX >> 20))
