@@ -314,14 +314,14 @@ RealUseReport run_real_use(const RealUseOptions& o) {
   if (o.scenario != "changing-t" && o.scenario != "sequential" && o.scenario != "accumulate")
     fail("--scenario must be changing-t, sequential or accumulate, got '", o.scenario, "'");
   std::vector<Case> cases;
-  for (const std::string& name : o.cases) cases.push_back(with_shape_overrides(find_case(name), o.overrides, "--scenario"));
+  for (const std::string& name : o.cases) cases.push_back(find_case(name));
   if (cases.empty()) {
-    if (o.scenario == "sequential") {
-      for (const Case& c : bench_cases()) cases.push_back(with_shape_overrides(c, o.overrides, "--scenario"));
-    } else {
-      cases.push_back(with_shape_overrides(find_case("many-experts"), o.overrides, "--scenario"));
-    }
+    if (o.scenario == "sequential")
+      cases = bench_cases();
+    else
+      cases.push_back(find_case("many-experts"));
   }
+  for (Case& c : cases) c = with_shape_overrides(c, o.overrides, "--scenario");
   RealUseReport rep;
   rep.scenario = o.scenario;
   const alloc::Stats a = alloc::stats();
