@@ -21,12 +21,19 @@ inline double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-// {median ms of a, median ms of b}.
+// The wall times of a and b, run alternately after one untimed call of each.
 template <class A, class B>
-std::pair<double, double> median_ms_interleaved(int reps, const A& a, const B& b) {
+std::pair<std::vector<double>, std::vector<double>> times_ms_interleaved(int reps, const A& a, const B& b) {
   a(), b();
   std::vector<double> ta, tb;
   for (int i = 0; i < reps; ++i) ta.push_back(time_ms(a)), tb.push_back(time_ms(b));
+  return {ta, tb};
+}
+
+// {median ms of a, median ms of b}.
+template <class A, class B>
+std::pair<double, double> median_ms_interleaved(int reps, const A& a, const B& b) {
+  const auto [ta, tb] = times_ms_interleaved(reps, a, b);
   return {median(ta), median(tb)};
 }
 
