@@ -713,10 +713,11 @@ void zero_gradient(float* p, int64_t n, bool stream) {
   V::fence();
 }
 
-// Groups up to this many input bytes (lhs and dout rows, at most ~2x that
-// packed) run as one task each when there are enough of them to balance the
-// threads: no barrier per group, and one thread's packing overlaps another's
-// tiles. 4 MiB against 1 MiB (the public models at 256 rows per expert, whose
+// Groups up to this many bytes of lhs and dout rows (counted at 2 bytes an
+// element, whatever the dtype) run as one task each when there are enough of
+// them to balance the threads: no barrier per group, and one thread's packing
+// overlaps another's tiles. Each compute thread keeps its packing scratch
+// (up to twice these bytes where bf16 is widened to f32) for the next call. 4 MiB against 1 MiB (the public models at 256 rows per expert, whose
 // groups hold 1.2-3.3 MB; best of 14 per op, 2026-12-02): down.drhs 1.28x
 // granite-3b, 1.14x qwen, 1.11x gpt-oss, 1.09x deepseek at avx512_bf16, 1.18x
 // granite-3b at avx2; up.drhs 0.98-1.17x.
