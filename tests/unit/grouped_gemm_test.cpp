@@ -26,6 +26,7 @@
 #include <cstring>
 #include <random>
 
+#include "core/allocator.h"
 #include "kernels/dispatch.h"
 #include "kernels/grouped_gemm.h"
 #include "testing/levels.h"
@@ -429,6 +430,28 @@ TEST_P(GroupedGemm, SlabScheduleKeepsThePanelBits) {
     check_slab_schedule(DType::bf16, DType::f32, Kc, N);
     check_slab_schedule(DType::f32, DType::f32, Kc, N);
   }
+}
+
+// gmm_drhs over few large groups packs into buffers of the call (`Words` in
+// simd/gemm_impl.h) taken from the engine's allocator: every call after the
+// first takes them from the cache with their pages resident (no fresh bytes,
+// no page faults) and gives them back at its end. One group of 3,000 rows:
+// the schedule of few large groups, two row blocks, a dout packing buffer of
+// 1.5 MB (avx512_bf16) to 3 MB (avx2), above the allocator's large size.
+TEST_P(GroupedGemm, LargeGroupGradientReusesItsScratch) {
+  if (alloc::stats().cap_bytes == 0) GTEST_SKIP() << "the allocator's large-block cache is off (MOE_ALLOC_CACHE_MIB=0)";
+  const int64_t rows = 3000, Kc = 256, N = 512;
+  Tensor lhs = random_tensor(DType::bf16, {rows, Kc}, 41), dout = random_tensor(DType::bf16, {rows, N}, 42);
+  GroupLayout g = GroupLayout::from_sizes({rows});
+  Tensor dr(DType::f32, {1, Kc, N}), first(DType::f32, {1, Kc, N});
+  gmm_drhs(lhs, dout, g, 0, first);
+  const alloc::Stats a0 = alloc::stats();
+  for (int i = 0; i < 3; ++i) gmm_drhs(lhs, dout, g, 0, dr);
+  const alloc::Stats a1 = alloc::stats();
+  EXPECT_EQ(a1.fresh_bytes, a0.fresh_bytes) << "a call's packing buffer was faulted in again";
+  EXPECT_GE(a1.hits - a0.hits, 3u) << "each call takes its packing buffer from the cache";
+  EXPECT_EQ(a1.live_bytes, a0.live_bytes) << "a call keeps its packing buffer";
+  EXPECT_TRUE(rows_bit_equal(dr, 0, first, 0, 1));
 }
 
 TEST_P(GroupedGemm, EmptyGroupGradientIsZero) {

@@ -15,6 +15,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "core/allocator.h"
 #include "kernels/activation.h"
 #include "kernels/dispatch.h"
 #include "kernels/grouped_gemm_internal.h"

@@ -30,6 +30,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "core/allocator.h"
 #include "kernels/grouped_gemm_internal.h"
 #include "moe/thread_pool.h"
 
@@ -331,23 +332,40 @@ void pack_transposed(const T* src, int64_t ld, int64_t len, int64_t c0, int64_t 
 
 // ---- Drivers -----------------------------------------------------------------
 
-// A 64-byte aligned word buffer that only grows.
+// A 64-byte aligned word buffer that only grows. A buffer of one call (the
+// weight gradient's few large groups) comes from the engine's allocator
+// (core/allocator.h): given back at the call's end, it is a cached block that
+// the next call takes again with its pages resident. From the C library, such
+// a buffer (9 MB at seed-mixtral) was a fresh mapping faulted in every call:
+// that call ran 1.28x (avx2) to 1.55x (avx512_bf16) slower (2026-12-02). The
+// compute threads' own buffers (`scratch`) live as long as their threads and
+// come from the C library, outside the engine's accounting of tensors.
 class Words {
  public:
+  enum class From { c_library, engine };
+  explicit Words(From from = From::c_library) : from_(from) {}
+  Words(const Words&) = delete;
+  Words& operator=(const Words&) = delete;
+  ~Words() { reset(); }
   uint32_t* get(size_t words) {
     if (words > cap_) {
-      cap_ = (words + 15) / 16 * 16;
-      buf_.reset(static_cast<uint32_t*>(std::aligned_alloc(64, cap_ * 4)));
+      reset();
+      const size_t cap = (words + 15) / 16 * 16;
+      buf_ = static_cast<uint32_t*>(from_ == From::engine ? alloc::acquire(cap * 4, 64)
+                                                          : std::aligned_alloc(64, cap * 4));
       MOE_ASSERT(buf_, "grouped gemm scratch allocation failed");
+      cap_ = cap;
     }
-    return buf_.get();
+    return buf_;
   }
 
  private:
-  struct Free {
-    void operator()(uint32_t* p) const { std::free(p); }
-  };
-  std::unique_ptr<uint32_t, Free> buf_;
+  void reset() {
+    if (buf_) from_ == From::engine ? alloc::release(buf_, cap_ * 4) : std::free(buf_);
+    buf_ = nullptr, cap_ = 0;
+  }
+  From from_;
+  uint32_t* buf_ = nullptr;
   size_t cap_ = 0;
 };
 
@@ -764,7 +782,7 @@ void drhs_typed(const Tensor& lhs, const Tensor& dout, const GroupLayout& groups
       if (g.r0 == g.r1) zero_gradient<V>(g.G, g.Kc * g.N, g.stream);
     }
   });
-  Words apack, bpack;
+  Words apack(Words::From::engine), bpack(Words::From::engine);
   for (int64_t lg = 0; lg < n_local; ++lg) {
     const DrhsGroup<Lv, T> whole = group_of<Lv, T>(lhs, dout, groups, goff, drhs, lg);
     if (whole.r0 == whole.r1) continue;
