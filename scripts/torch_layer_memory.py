@@ -7,8 +7,8 @@
 Runs `steps` forward + backward passes (bf16 compute, f32 master parameters, gradients kept and
 summed as in gradient accumulation) and prints the process's peak RSS above its RSS before the layer
 was made, next to the analytic minimum of the step: f32 weights, f32 gradients, the bf16 copies of
-the expert weights, the tensors the backward reads and the step's inputs and outputs (the terms of
-step_minimum in src/config/memory_estimate.cpp). The default shape is OLMoE-1B-7B's experts. Run
+the expert weights, the tensors the backward reads and the step's inputs and outputs (the engine's
+step_minimum, MoELayer.step_memory_minimum). The default shape is OLMoE-1B-7B's experts. Run
 each setting in its own process: peak RSS never goes down.
 """
 
@@ -22,20 +22,6 @@ def rss_mib():
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) / 1024.0
     return 0.0
-
-
-def minimum_mib(T, D, F, E, K):
-    """step_minimum (src/config/memory_estimate.cpp) for bf16 compute, f32 weights, router and x."""
-    R = T * K
-    experts = E * 3 * D * F
-    terms = {
-        "weights": experts * 4 + E * D * 4,
-        "weight_copies": experts * 2,
-        "gradients": (experts + E * D) * 4,
-        "saved": T * D * 4 + 2 * T * E * 4 + 3 * T * K * 4 + R * D * 2 + R * 3 * F * 2 + R * D * 2,
-        "io": T * D * 4 * 2 + T * D * 2 + T * D * 4,
-    }
-    return {k: v / 2**20 for k, v in terms.items()}
 
 
 def main():
@@ -62,8 +48,8 @@ def main():
         (y.float().square().mean() + aux["load_balance_loss"] + aux["z_loss"]).backward()
         del y, aux
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0 - base
-    m = minimum_mib(a.tokens, a.emb_dim, a.mlp_dim, a.experts, a.top_k)
-    total = sum(m.values())
+    m = {k: v / 2**20 for k, v in layer.step_memory_minimum(a.tokens, torch.float32).items()}
+    total = m.pop("total")
     print(f"shape T={a.tokens} D={a.emb_dim} F={a.mlp_dim} E={a.experts} K={a.top_k}, {a.steps} fwd+bwd, "
           f"accumulate_grads={a.accumulate_grads}")
     print("minimum: " + " + ".join(f"{k} {v:.1f} MiB" for k, v in m.items()) + f" = {total:.1f} MiB")

@@ -351,6 +351,21 @@ class MoELayer(_torch.nn.Module):
         """The explicit compute dtype (constructor or last conversion), or None: each input's dtype."""
         return self._dtype
 
+    def step_memory_minimum(self, tokens, x_dtype=_torch.float32):
+        """{term: bytes} that one forward + backward of `tokens` tokens given in x_dtype cannot do
+        without (the engine's step_minimum, docs/architecture.md "Memory of one step"): 'weights'
+        (the stored weights), 'weight_copies' (their compute-dtype copies), 'gradients' (f32),
+        'saved' (what the backward reads), 'io' (x, dy, y, dx) and 'total'. The compute dtype is the
+        layer's (or x_dtype's when the layer computes in each input's dtype). Single-process layer
+        only: a distributed rank's estimate is `moe validate`'s (docs/config.md)."""
+        if self.distributed:
+            raise MoeError("MoELayer.step_memory_minimum: single-process layer only (this layer is distributed; "
+                           "`moe validate` estimates a rank's memory)")
+        if x_dtype not in _DTYPES:
+            raise MoeError(f"MoELayer.step_memory_minimum: x_dtype: expected {_ALLOWED}, got {x_dtype}")
+        compute = self._dtype if self._dtype is not None else x_dtype
+        return self._engine_for(compute).step_minimum(int(tokens), _DTYPES[x_dtype])
+
     def _apply(self, fn, *args, **kwargs):
         # .to(dtype), .float(), .bfloat16(), .double(), .half(): convert the parameters and make the
         # target the compute dtype, or raise here (before any parameter changes) for a dtype the

@@ -9,6 +9,9 @@
 
 #include "engine_layer.h"
 #include "interop.h"
+#include "moe/dtype.h"
+#include "moe/error.h"
+#include "moe/memory_estimate.h"
 #include "moe/thread_pool.h"
 
 namespace py = pybind11;
@@ -201,5 +204,22 @@ PYBIND11_MODULE(_moe_engine, m) {
            py::arg("cot_z_loss"), py::arg("accumulate") = py::dict(),
            "(dx, {SPEC name: gradient}): the engine's backward of one forward's state (used once; an f64 "
            "layer's may be used again). accumulate: {SPEC name: f32 gradient} to add this step's into in "
-           "place (single-process only), returned as the gradients.");
+           "place (single-process only), returned as the gradients.")
+      .def(
+          "step_minimum",
+          [](const EngineLayer& l, int64_t tokens, const std::string& x_dtype) {
+            if (tokens < 0) throw Error("step_minimum: tokens must be >= 0, got " + std::to_string(tokens));
+            const std::optional<DType> xd = dtype_from_name(x_dtype);
+            if (!xd) throw Error("step_minimum: x_dtype: expected f32, bf16 or f64, got '" + x_dtype + "'");
+            const StepMinimum m = step_minimum(l.config(), tokens, *xd);
+            py::dict d;
+            d["weights"] = double(m.weights), d["weight_copies"] = double(m.weight_copies);
+            d["gradients"] = double(m.gradients), d["saved"] = double(m.saved), d["io"] = double(m.step_io);
+            d["total"] = double(m.total());
+            return d;
+          },
+          py::arg("tokens"), py::arg("x_dtype"),
+          "{term: bytes} that one forward + backward of `tokens` tokens cannot do without on one process "
+          "(step_minimum, docs/architecture.md 'Memory of one step'): weights, weight_copies, gradients, "
+          "saved, io and their total.");
 }

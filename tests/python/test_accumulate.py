@@ -60,3 +60,36 @@ def test_falls_back_when_a_grad_cannot_take_it():
     accumulate(fast, batches[1:])
     for (name, p), (_, q) in zip(plain.named_parameters(), fast.named_parameters()):
         assert torch.equal(p.grad, q.grad), name
+
+
+def test_step_memory_minimum_terms_by_hand():
+    # E=8, K=2, D=32, F=48, T=24 routed rows R=48; bf16 compute, f32 stored weights and x.
+    layer = make_layer(True)
+    m = layer.step_memory_minimum(24)
+    experts = E * 3 * D * F
+    want = {
+        "weights": experts * 4 + E * D * 4,
+        "weight_copies": experts * 2,
+        "gradients": (experts + E * D) * 4,
+        # router's f32 input, logits + scores, top-k ids/scores/weights, xs, h [R, 2F], a [R, F], ys
+        "saved": 24 * D * 4 + 2 * 24 * E * 4 + 3 * 24 * K * 4 + 48 * D * 2 + 48 * 2 * F * 2 + 48 * F * 2
+        + 48 * D * 2,
+        "io": 24 * D * 4 * 2 + 24 * D * 2 + 24 * D * 4,  # x and dy (f32), y (bf16), dx (f32)
+    }
+    for k, v in want.items():
+        assert m[k] == v, (k, m[k], v)
+    assert m["total"] == sum(want.values()) == 406592
+    # A layer that computes in each input's dtype: f32 x means f32 compute (no weight copies).
+    free = make_layer(False, dtype=None)
+    assert free.step_memory_minimum(24)["weight_copies"] == 0
+    assert free.step_memory_minimum(24, torch.bfloat16)["weight_copies"] == experts * 2
+
+
+def test_step_memory_minimum_refuses_bad_arguments():
+    import pytest
+    from moe_engine import MoeError
+    layer = make_layer(True)
+    with pytest.raises(MoeError, match="x_dtype"):
+        layer.step_memory_minimum(24, torch.int32)
+    with pytest.raises(MoeError, match="tokens must be >= 0"):
+        layer.step_memory_minimum(-1)
