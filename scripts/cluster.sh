@@ -19,7 +19,8 @@
 # bridge inside its own head namespace, so clusters never see each other's traffic and all use the
 # subnet 10.77.0.0/24 (host i is 10.77.0.(i+1), the head 10.77.0.254). mpirun runs in the head.
 #
-# --link RATE[,DELAY]: tc rate (e.g. 1gbit, 100mbit) as a tbf on both ends of every host's link,
+# --link RATE[,DELAY]: tc rate (e.g. 1gbit, 100mbit) as a tbf on both ends of every host's link
+#   (bucket 0.1 ms at the rate, at least 16 KiB: every message sees the rate, not only long streams),
 #   and DELAY (e.g. 1ms) as a netem on the host's sending side (one-way host-to-host delay = DELAY).
 #   Where the kernel has no sch_netem the delay is not applied, and `up` says so.
 # --cpus auto|split|shared: split gives host i its own share of the cores (taskset on the host's
@@ -109,8 +110,15 @@ shape() {
   fi
   [ -n "$rate" ] || return 0
   bits=$(rate_bits "$rate")
-  burst=$((bits / 8 / 100))  # 10 ms at the rate, at least 128 KiB (a 64 KiB GSO packet must fit)
-  ((burst >= 131072)) || burst=131072
+  # The bucket: what may leave at the veth's own speed after an idle spell. A real link has none,
+  # so it is kept small: 0.1 ms at the rate, at least 16 KiB (tbf cuts a larger GSO packet into
+  # segments; 4 KiB worked too). Until 2026-12-02 it was 10 ms at the rate (at least 128 KiB): at
+  # 400mbit that let a 500 KB burst through unshaped, so a step's per-chunk messages (128 KB,
+  # separated by compute that refilled the bucket) crossed at veth speed and only long streams
+  # saw the rate (docs/distributed.md, "Across 2 hosts x 1 rank"). MOE_CLUSTER_BURST=BYTES overrides.
+  burst=$((bits / 8 / 10000))
+  ((burst >= 16384)) || burst=16384
+  [ -z "${MOE_CLUSTER_BURST:-}" ] || burst=$MOE_CLUSTER_BURST
   ip netns exec "$ns" tc qdisc add dev "$dev" $parent tbf rate "$rate" burst "$burst" latency 100ms
 }
 

@@ -14,6 +14,11 @@
 # (OUT_DIR/rates.json).
 # Usage: [VARIANTS="v1 v2"] scripts/plan_cluster.sh OUT_DIR RATE... (e.g. out/plan 1gbit 200mbit);
 # a rate already measured (OUT_DIR/m_cluster_RATE.json) with SKIP_MEASURED=1 is only predicted.
+# RATE `unshaped`: no tc on the links (veth at full speed).
+# RPH=1: item 5's layout instead (docs/benchmarks.md "Overlap across hosts"): 2 hosts x 1 rank, one
+# core each, the 2-rank variants. One calibration under the cluster's mpirun -np 2 (one rank per
+# host) gives the link's α and β (one TCP stream: the rank is its host's only sender) and the
+# contention row of 1 rank per core with the peer across the link; files OUT_DIR/*_1x_RATE*.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=$1
@@ -21,14 +26,66 @@ shift
 CLUSTER_DIR=${CLUSTER_DIR:-$PWD}
 C="$CLUSTER_DIR/scripts/cluster.sh"
 MOE=$PWD/build/moe
-VARIANTS=${VARIANTS:-"ep4+all fsdp2_ep2+all ep4_chunks4+all"}
+RPH=${RPH:-2}
+[[ $RPH == 1 || $RPH == 2 ]] || { echo "plan_cluster.sh: RPH must be 1 or 2" >&2; exit 2; }
+if ((RPH == 1)); then
+  VARIANTS=${VARIANTS:-"ep2_chunks4+all ring2_chunks4+all"}
+else
+  VARIANTS=${VARIANTS:-"ep4+all fsdp2_ep2+all ep4_chunks4+all"}
+fi
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 W=/run/moe-cluster/plan/mpirun
+link_args() { [[ $1 == unshaped ]] || echo "--link $1"; }
+if ((RPH == 1)); then
+  for rate in "$@"; do
+    tag=1x_$rate
+    if ! [[ ${SKIP_MEASURED:-0} == 1 && -f $OUT/m_cluster_$tag.json ]]; then
+      "$C" down --name plan >/dev/null 2>&1 || true
+      # shellcheck disable=SC2046
+      "$C" up 2 --name plan --ranks-per-host 1 $(link_args "$rate")
+      echo "load ($tag): $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$OUT/load.txt"
+      $W -np 2 --map-by node "$MOE" plan --calibrate --rates "$PWD/$OUT/rates.json" --out "$PWD/$OUT/rates_cluster_$tag.json"
+      args=()
+      for v in $VARIANTS; do args+=(--variant "$v"); done
+      $W -np 2 --map-by node -x MOE_NUM_THREADS=1 "$MOE" bench --dist collective_liveness_s=60 --iters 5 --warmup 2 \
+        "${args[@]}" --json "$PWD/$OUT/m_cluster_$tag.json" || echo "bench failed at $tag"
+      "$C" down --name plan
+    fi
+    [[ -f $OUT/m_cluster_$tag.json ]] || continue
+    read -r bw lat < <(python3 -c 'import json,sys; i=json.load(open(sys.argv[1]))["intra"]; print(i["bw_gbps"], i["lat_us"])' \
+      "$OUT/rates_cluster_$tag.json")
+    for v in $(python3 -c 'import json,sys; print(" ".join(r["variant"] for r in json.load(open(sys.argv[1]))["dist_results"]))' \
+      "$OUT/m_cluster_$tag.json"); do
+      $MOE plan --rates "$OUT/rates_cluster_$tag.json" --bench-variant "$v" \
+        --cluster "hosts=2,cores=1,ranks_per_host=1,threads=1,inter_bw=${bw}GB,inter_lat=${lat}us" \
+        --json "$OUT/p_cluster_${tag}_$v.json" >/dev/null
+    done
+  done
+  python3 - "$OUT" "$@" <<'PY'
+import json, sys, os
+out = sys.argv[1]
+print("| link (tc rate) | measured link: GB/s, α us (2 hosts x 1 rank) | variant | measured median ms (min-max) | predicted ms | predicted / measured | measured exposed ms | predicted exposed ms |")
+print("|---|---|---|---|---|---|---|---|")
+for rate in sys.argv[2:]:
+    tag = "1x_" + rate
+    if not os.path.exists(os.path.join(out, "m_cluster_%s.json" % tag)):
+        continue
+    i = json.load(open(os.path.join(out, "rates_cluster_%s.json" % tag)))["intra"]
+    for r in json.load(open(os.path.join(out, "m_cluster_%s.json" % tag)))["dist_results"]:
+        p = json.load(open(os.path.join(out, "p_cluster_%s_%s.json" % (tag, r["variant"]))))["ranked"][0]
+        ratio = p["step_ms"] / r["median_ms"]
+        print("| %s | %.3f, %.0f | %s | %.1f (%.1f-%.1f) | %.1f | %.2f%s | %.1f | %.1f |" % (rate, i["bw_gbps"], i["lat_us"],
+              r["variant"], r["median_ms"], r["min_ms"], r["max_ms"], p["step_ms"], ratio, "" if abs(ratio - 1) <= 0.2 else " **off**",
+              r["exposed_comm_ms"], p["exposed_comm_ms"]))
+PY
+  exit 0
+fi
 for rate in "$@"; do
   if [[ ${SKIP_MEASURED:-0} == 1 && -f $OUT/m_cluster_$rate.json ]]; then measured=1; else measured=0; fi
   if ((measured == 0)); then
   "$C" down --name plan >/dev/null 2>&1 || true
-  "$C" up 2 --name plan --ranks-per-host 2 --link "$rate"
+  # shellcheck disable=SC2046
+  "$C" up 2 --name plan --ranks-per-host 2 $(link_args "$rate")
   echo "load ($rate): $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$OUT/load.txt"
   $W -np 2 --map-by node "$MOE" plan --calibrate --rates "$PWD/$OUT/rates.json" --out "$PWD/$OUT/link_$rate.json"
   $W -np 4 "$MOE" plan --calibrate --rates "$PWD/$OUT/rates.json" --out "$PWD/$OUT/rates_cluster_$rate.json"

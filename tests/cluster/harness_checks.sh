@@ -37,6 +37,11 @@ for i in 0 1 2; do
   [ "$addr" = "10.77.0.$((i + 1))/24" ] || die "host h$i has address '$addr'"
   q=$(ip netns exec "moe-$name-h$i" tc qdisc show dev eth0)
   echo "$q" | grep -q "tbf .*rate 100Mbit" || die "host h$i: no tbf at 100mbit: $q"
+  # A small bucket, so a message of a step (tens to hundreds of kB) is shaped too, not only streams.
+  b=$(echo "$q" | sed -nE 's/.* burst ([0-9]+)([KM]?)b .*/\1 \2/p')
+  read -r bn bu <<<"$b"
+  case ${bu:-} in K) bn=$((bn * 1024)) ;; M) bn=$((bn * 1048576)) ;; esac
+  [ -n "${bn:-}" ] && ((bn <= 32768)) || die "host h$i: tbf bucket '$b', expected at most 32 KiB: $q"
   if ip netns exec "moe-$name-h$i" tc qdisc show dev eth0 | grep -q netem; then
     echo "$q" | grep -q "delay 2ms" || die "host h$i: netem without the delay: $q"
   fi
