@@ -61,26 +61,8 @@ if ((RPH == 1)); then
         --json "$OUT/p_cluster_${tag}_$v.json" >/dev/null
     done
   done
-  python3 - "$OUT" "$@" <<'PY'
-import json, sys, os
-out = sys.argv[1]
-print("| link (tc rate) | measured link: GB/s, α us (2 hosts x 1 rank) | variant | measured median ms (min-max) | predicted ms | predicted / measured | measured exposed ms | predicted exposed ms |")
-print("|---|---|---|---|---|---|---|---|")
-for rate in sys.argv[2:]:
-    tag = "1x_" + rate
-    if not os.path.exists(os.path.join(out, "m_cluster_%s.json" % tag)):
-        continue
-    i = json.load(open(os.path.join(out, "rates_cluster_%s.json" % tag)))["intra"]
-    for r in json.load(open(os.path.join(out, "m_cluster_%s.json" % tag)))["dist_results"]:
-        p = json.load(open(os.path.join(out, "p_cluster_%s_%s.json" % (tag, r["variant"]))))["ranked"][0]
-        ratio = p["step_ms"] / r["median_ms"]
-        print("| %s | %.3f, %.0f | %s | %.1f (%.1f-%.1f) | %.1f | %.2f%s | %.1f | %.1f |" % (rate, i["bw_gbps"], i["lat_us"],
-              r["variant"], r["median_ms"], r["min_ms"], r["max_ms"], p["step_ms"], ratio, "" if abs(ratio - 1) <= 0.2 else " **off**",
-              r["exposed_comm_ms"], p["exposed_comm_ms"]))
-PY
-  exit 0
 fi
-for rate in "$@"; do
+if ((RPH == 2)); then for rate in "$@"; do
   if [[ ${SKIP_MEASURED:-0} == 1 && -f $OUT/m_cluster_$rate.json ]]; then measured=1; else measured=0; fi
   if ((measured == 0)); then
   "$C" down --name plan >/dev/null 2>&1 || true
@@ -124,21 +106,27 @@ PY
       --cluster "hosts=2,cores=1,ranks_per_host=2,threads=1,inter_bw=${bw}GB,inter_lat=${lat}us" \
       --json "$OUT/p_cluster_${rate}_$v.json" >/dev/null
   done
-done
-python3 - "$OUT" "$@" <<'PY'
+done; fi
+python3 - "$OUT" "$RPH" "$@" <<'PY'
 import json, sys, os
-out = sys.argv[1]
-print("| link (tc rate) | measured link: NIC GB/s (2 ranks per host), α us | variant | measured median ms (min-max) | predicted ms | predicted / measured | measured exposed ms | predicted exposed ms |")
+out, rph = sys.argv[1], int(sys.argv[2])
+what = "GB/s, α us (2 hosts x 1 rank)" if rph == 1 else "NIC GB/s (2 ranks per host), α us"
+print("| link (tc rate) | measured link: %s | variant | measured median ms (min-max) | predicted ms | predicted / measured | measured exposed ms | predicted exposed ms |" % what)
 print("|---|---|---|---|---|---|---|---|")
-for rate in sys.argv[2:]:
-    if not os.path.exists(os.path.join(out, "m_cluster_%s.json" % rate)):
+for rate in sys.argv[3:]:
+    tag = "1x_" + rate if rph == 1 else rate
+    if not os.path.exists(os.path.join(out, "m_cluster_%s.json" % tag)):
         continue
-    i = json.load(open(os.path.join(out, "link_%s.json" % rate)))["intra"]
-    nic = float(open(os.path.join(out, "nic_%s.gbps" % rate)).read())
-    for r in json.load(open(os.path.join(out, "m_cluster_%s.json" % rate)))["dist_results"]:
-        p = json.load(open(os.path.join(out, "p_cluster_%s_%s.json" % (rate, r["variant"]))))["ranked"][0]
+    if rph == 1:
+        i = json.load(open(os.path.join(out, "rates_cluster_%s.json" % tag)))["intra"]
+        bw = i["bw_gbps"]
+    else:
+        i = json.load(open(os.path.join(out, "link_%s.json" % rate)))["intra"]
+        bw = float(open(os.path.join(out, "nic_%s.gbps" % rate)).read())
+    for r in json.load(open(os.path.join(out, "m_cluster_%s.json" % tag)))["dist_results"]:
+        p = json.load(open(os.path.join(out, "p_cluster_%s_%s.json" % (tag, r["variant"]))))["ranked"][0]
         ratio = p["step_ms"] / r["median_ms"]
-        print("| %s | %.3f, %.0f | %s | %.1f (%.1f-%.1f) | %.1f | %.2f%s | %.1f | %.1f |" % (rate, nic, i["lat_us"],
+        print("| %s | %.3f, %.0f | %s | %.1f (%.1f-%.1f) | %.1f | %.2f%s | %.1f | %.1f |" % (rate, bw, i["lat_us"],
               r["variant"], r["median_ms"], r["min_ms"], r["max_ms"], p["step_ms"], ratio, "" if abs(ratio - 1) <= 0.2 else " **off**",
               r["exposed_comm_ms"], p["exposed_comm_ms"]))
 PY
