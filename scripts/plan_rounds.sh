@@ -7,7 +7,9 @@
 # so nothing else measured or built meanwhile, and the lock is let go between them.
 # Prints, per configuration, predicted / measured in every round, the rounds within 20%, and the
 # ratio of the medians over the rounds; then how many rows were within 20% in each round.
-# Usage: scripts/plan_rounds.sh OUT_DIR ROUNDS [ITERS] [RATE]
+# Usage: [RATES_1X="unshaped 400mbit 1gbit"] scripts/plan_rounds.sh OUT_DIR ROUNDS [ITERS] [RATE]
+# RATES_1X: each round also runs `RPH=1 scripts/plan_cluster.sh` (2 hosts x 1 rank, item 5's
+# layout) at those link settings.
 # SUMMARY_ONLY=1: only the tables, from OUT_DIR/r1 .. rROUNDS as they are (e.g. links to the rounds
 # of several runs).
 set -euo pipefail
@@ -25,14 +27,19 @@ for ((k = 1; k <= ROUNDS; ++k)); do
   mkdir -p "$R"
   echo "round $k: $(date -u +%FT%TZ), load $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$OUT/rounds.txt"
   locked scripts/plan_validate.sh "$R" "$ITERS" >"$R/validate.log" 2>&1 || echo "round $k: plan_validate.sh failed" | tee -a "$OUT/rounds.txt"
+  if [[ -n ${RATES_1X:-} ]]; then
+    # shellcheck disable=SC2086
+    locked env RPH=1 scripts/plan_cluster.sh "$R" $RATES_1X >"$R/cluster1x.log" 2>&1 ||
+      echo "round $k: plan_cluster.sh (RPH=1) failed" | tee -a "$OUT/rounds.txt"
+  fi
   if [[ -n $RATE ]]; then
     locked scripts/plan_cluster.sh "$R" "$RATE" >"$R/cluster.log" 2>&1 || echo "round $k: plan_cluster.sh failed" | tee -a "$OUT/rounds.txt"
   fi
   echo "round $k done: $(date -u +%FT%TZ), load $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$OUT/rounds.txt"
 done
-python3 - "$OUT" "$ROUNDS" "$RATE" <<'PY'
+python3 - "$OUT" "$ROUNDS" "$RATE" ${RATES_1X:-} <<'PY'
 import json, os, statistics, sys
-out, rounds, rate = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+out, rounds, rate, rates_1x = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4:]
 runs = [("np1_t1.json", "1 process, 1 thread"), ("np1_t1_T1024.json", "1 process, 1 thread, T=1024"),
         ("np1_pool.json", "1 process, full pool"), ("np2.json", "mpirun -np 2"), ("np4.json", "mpirun -np 4")]
 def load(path):
@@ -42,6 +49,8 @@ order = []
 for k in range(1, rounds + 1):
     r = os.path.join(out, "r%d" % k)
     sets = [(tag, label, "p_%s_%%s.json" % tag) for tag, label in runs]
+    for r1 in rates_1x:
+        sets.append(("cluster_1x_%s.json" % r1, "2 hosts x 1 rank, %s" % r1, "p_cluster_1x_%s_%%s.json" % r1))
     if rate:
         sets.append(("cluster_%s.json" % rate, "2 hosts x 2 ranks, %s" % rate, "p_cluster_%s_%%s.json" % rate))
     for tag, label, pred in sets:
