@@ -36,6 +36,17 @@ fi
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 W=/run/moe-cluster/plan/mpirun
 link_args() { [[ $1 == unshaped ]] || echo "--link $1"; }
+# Predicts every variant measured in OUT/m_cluster_TAG.json from OUT/rates_cluster_TAG.json on the
+# 2-host cluster with RANKS ranks per host (one core per host), the link at BW GB/s and LAT us.
+predict() {  # TAG RANKS BW LAT
+  local v
+  for v in $(python3 -c 'import json,sys; print(" ".join(r["variant"] for r in json.load(open(sys.argv[1]))["dist_results"]))' \
+    "$OUT/m_cluster_$1.json"); do
+    $MOE plan --rates "$OUT/rates_cluster_$1.json" --bench-variant "$v" \
+      --cluster "hosts=2,cores=1,ranks_per_host=$2,threads=1,inter_bw=$3GB,inter_lat=$4us" \
+      --json "$OUT/p_cluster_$1_$v.json" >/dev/null
+  done
+}
 if ((RPH == 1)); then
   for rate in "$@"; do
     tag=1x_$rate
@@ -54,12 +65,7 @@ if ((RPH == 1)); then
     [[ -f $OUT/m_cluster_$tag.json ]] || continue
     read -r bw lat < <(python3 -c 'import json,sys; i=json.load(open(sys.argv[1]))["intra"]; print(i["bw_gbps"], i["lat_us"])' \
       "$OUT/rates_cluster_$tag.json")
-    for v in $(python3 -c 'import json,sys; print(" ".join(r["variant"] for r in json.load(open(sys.argv[1]))["dist_results"]))' \
-      "$OUT/m_cluster_$tag.json"); do
-      $MOE plan --rates "$OUT/rates_cluster_$tag.json" --bench-variant "$v" \
-        --cluster "hosts=2,cores=1,ranks_per_host=1,threads=1,inter_bw=${bw}GB,inter_lat=${lat}us" \
-        --json "$OUT/p_cluster_${tag}_$v.json" >/dev/null
-    done
+    predict "$tag" 1 "$bw" "$lat"
   done
 fi
 if ((RPH == 2)); then for rate in "$@"; do
@@ -96,16 +102,7 @@ print(p * n * (P - p) / P / rest / 1e9, i["lat_us"])
 PY
 )
   echo "$bw" >"$OUT/nic_$rate.gbps"
-  python3 - "$OUT/m_cluster_$rate.json" <<'PY' | while read -r v; do
-import json, sys
-for r in json.load(open(sys.argv[1]))["dist_results"]:
-    print(r["variant"])
-PY
-    # One core per host (the harness splits the 2 cores over the 2 hosts): 0.5 core per rank.
-    $MOE plan --rates "$OUT/rates_cluster_$rate.json" --bench-variant "$v" \
-      --cluster "hosts=2,cores=1,ranks_per_host=2,threads=1,inter_bw=${bw}GB,inter_lat=${lat}us" \
-      --json "$OUT/p_cluster_${rate}_$v.json" >/dev/null
-  done
+  predict "$rate" 2 "$bw" "$lat"  # one core per host (the harness splits the 2 cores): 0.5 core per rank
 done; fi
 python3 - "$OUT" "$RPH" "$@" <<'PY'
 import json, sys, os
