@@ -150,11 +150,13 @@ EOF
 # host (each host has its own hostname); ranks yield when idle (else veth traffic waits for the
 # next scheduler tick, 4 ms a message, on a busy machine); every TCP connection is made in MPI_Init
 # (made lazily, 3 of 8 \`moe check\` runs on 2x2 failed to connect, each in a side-engine variant:
-# docs/distributed.md "Across hosts").
+# docs/distributed.md "Across hosts"); --bind-to none: each rank keeps its host's CPU set, which
+# the agent gave its daemon (Open MPI's default binding resets it: with 2 ranks or fewer to a core
+# of the whole machine, the same core on every host; with more, to every core).
 exec nsenter --net=/run/netns/$(ns_of head) --uts="$DIR/uts/head" -- $(command -v mpirun) \\
   --hostfile "$DIR/hostfile" --mca plm_rsh_agent "$DIR/agent" --mca plm_rsh_no_tree_spawn 1 \\
   --mca btl self,vader,tcp --mca btl_tcp_if_include $SUBNET.0/24 --mca oob_tcp_if_include $SUBNET.0/24 \\
-  --mca mpi_yield_when_idle 1 --mca mpi_preconnect_mpi 1 "\$@"
+  --mca mpi_yield_when_idle 1 --mca mpi_preconnect_mpi 1 --bind-to none "\$@"
 EOF
   chmod +x "$DIR/agent" "$DIR/mpirun"
 }

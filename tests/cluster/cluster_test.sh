@@ -50,17 +50,30 @@ up() {
   echo $$ > "$C/test_owner"
 }
 
-# Every rank's hostname is the one its slot in the hostfile names (rank r on host r / R).
+# A cpu list (0-2,5 or 0,1,2,5) as one id per line.
+cpu_ids() {
+  local part
+  for part in ${1//,/ }; do
+    if [[ $part == *-* ]]; then seq "${part%-*}" "${part#*-}"; else echo "$part"; fi
+  done
+}
+
+# Every rank's hostname is the one its slot in the hostfile names (rank r on host r / R), and it
+# runs on its host's CPU set (the hosts file's last field; "all": every core this test may use).
 check_placement() {
-  local c=$1 n=$2 rph=$3 out r host want
-  out=$(timeout 60 "$c/mpirun" -np $((n * rph)) sh -c 'echo "$OMPI_COMM_WORLD_RANK $(hostname)"' 2>&1) ||
+  local c=$1 n=$2 rph=$3 out r host want cpus wcpus
+  out=$(timeout 60 "$c/mpirun" -np $((n * rph)) sh -c \
+    'echo "$OMPI_COMM_WORLD_RANK $(hostname) $(sed -n "s/^Cpus_allowed_list:\s*//p" /proc/self/status)"' 2>&1) ||
     die "mpirun hostname on $c: $out"
   for ((r = 0; r < n * rph; r++)); do
-    host=$(echo "$out" | awk -v r=$r '$1 == r { print $2 }')
+    read -r host cpus <<<"$(echo "$out" | awk -v r=$r '$1 == r { print $2, $3 }')"
     want=${c##*/}-h$((r / rph))
     [ "$host" = "$want" ] || die "rank $r runs on host '$host', expected '$want'"
+    wcpus=$(awk -v h="$want" '$1 == h { print $5 }' "$c/hosts")
+    [ "$wcpus" = all ] && wcpus=$(sed -n 's/^Cpus_allowed_list:\s*//p' /proc/self/status)
+    [ "$(cpu_ids "$cpus")" = "$(cpu_ids "$wcpus")" ] || die "rank $r on $host runs on cpus '$cpus', expected its host's '$wcpus'"
   done
-  echo "placement: $((n * rph)) ranks, $rph per host, hostnames equal within a host and different across ($n hosts)"
+  echo "placement: $((n * rph)) ranks, $rph per host, hostnames equal within a host and different across ($n hosts); each on its host's cpus"
 }
 
 # Bytes through host links (tx + rx of each host's eth0), one line per host.

@@ -9,12 +9,17 @@ up s2x2 2 2 --slurm
 S=$C
 
 # srun places rank r on host r / 2 (block distribution), hostnames as in check_placement.
-out=$(timeout 60 "$S/srun" -N 2 -n 4 sh -c 'echo "$SLURM_PROCID $(hostname)"' 2>&1) || die "srun hostname: $out"
+out=$(timeout 60 "$S/srun" -N 2 -n 4 sh -c \
+  'echo "$SLURM_PROCID $(hostname) $(sed -n "s/^Cpus_allowed_list:\s*//p" /proc/self/status)"' 2>&1) ||
+  die "srun hostname: $out"
 for r in 0 1 2 3; do
-  host=$(echo "$out" | awk -v r=$r '$1 == r { print $2 }')
+  read -r host cpus <<<"$(echo "$out" | awk -v r=$r '$1 == r { print $2, $3 }')"
   [ "$host" = "${S##*/}-h$((r / 2))" ] || die "srun: rank $r runs on '$host', expected ${S##*/}-h$((r / 2))"
+  wcpus=$(awk -v h="$host" '$1 == h { print $5 }' "$S/hosts")
+  [ "$wcpus" = all ] && wcpus=$(sed -n 's/^Cpus_allowed_list:\s*//p' /proc/self/status)
+  [ "$(cpu_ids "$cpus")" = "$(cpu_ids "$wcpus")" ] || die "srun: rank $r on $host runs on cpus '$cpus', expected '$wcpus'"
 done
-echo "srun placement: 4 ranks, 2 per host, hostnames equal within a host and different across"
+echo "srun placement: 4 ranks, 2 per host, hostnames equal within a host and different across; each on its host's cpus"
 
 before=$(link_bytes "$S")
 timeout 240 "$S/srun" -N 2 -n 4 --mpi=pmix "$MOE" check --json check.json || die "srun --mpi=pmix moe check failed"
