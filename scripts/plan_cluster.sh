@@ -15,8 +15,8 @@
 # Usage: [VARIANTS="v1 v2"] scripts/plan_cluster.sh OUT_DIR RATE... (e.g. out/plan 1gbit 200mbit);
 # a rate already measured (OUT_DIR/m_cluster_RATE.json) with SKIP_MEASURED=1 is only predicted.
 # RATE `unshaped`: no tc on the links (veth at full speed).
-# RPH=1: item 5's layout instead (docs/benchmarks.md "Overlap across hosts"): 2 hosts x 1 rank, one
-# core each, the 2-rank variants. One calibration under the cluster's mpirun -np 2 (one rank per
+# RPH=1: item 5's layout and run settings instead (docs/benchmarks.md "Overlap across hosts"): 2
+# hosts x 1 rank, one core each, the 2-rank variants, real-time side-engine workers, TCP tuned. One calibration under the cluster's mpirun -np 2 (one rank per
 # host) gives the link's α and β (one TCP stream: the rank is its host's only sender) and the
 # contention row of 1 rank per core with the peer across the link; files OUT_DIR/*_1x_RATE*.
 set -euo pipefail
@@ -35,6 +35,11 @@ else
 fi
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 W=/run/moe-cluster/plan/mpirun
+# Item 5's run settings (scripts/overlap_hosts.sh): real-time side-engine workers and the TCP
+# transport's eager limit and socket buffers raised, so a polled side op hands whole messages to
+# the kernel instead of waiting for rendezvous round trips between polls (docs/offload.md).
+ITEM5=(-x MOE_SIDE_ENGINE_RT=1 --mca btl_tcp_eager_limit 1048576 --mca btl_tcp_max_send_size 1048576
+       --mca btl_tcp_sndbuf 4194304 --mca btl_tcp_rcvbuf 4194304)
 link_args() { [[ $1 == unshaped ]] || echo "--link $1"; }
 # Predicts every variant measured in OUT/m_cluster_TAG.json from OUT/rates_cluster_TAG.json on the
 # 2-host cluster with RANKS ranks per host (one core per host), the link at BW GB/s and LAT us.
@@ -55,11 +60,12 @@ if ((RPH == 1)); then
       # shellcheck disable=SC2046
       "$C" up 2 --name plan --ranks-per-host 1 $(link_args "$rate")
       echo "load ($tag): $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$OUT/load.txt"
-      $W -np 2 --map-by node "$MOE" plan --calibrate --rates "$PWD/$OUT/rates.json" --out "$PWD/$OUT/rates_cluster_$tag.json"
+      $W -np 2 --map-by node "${ITEM5[@]}" "$MOE" plan --calibrate --rates "$PWD/$OUT/rates.json" \
+        --out "$PWD/$OUT/rates_cluster_$tag.json"
       args=()
       for v in $VARIANTS; do args+=(--variant "$v"); done
-      $W -np 2 --map-by node -x MOE_NUM_THREADS=1 "$MOE" bench --dist collective_liveness_s=60 --iters 5 --warmup 2 \
-        "${args[@]}" --json "$PWD/$OUT/m_cluster_$tag.json" || echo "bench failed at $tag"
+      $W -np 2 --map-by node "${ITEM5[@]}" -x MOE_NUM_THREADS=1 "$MOE" bench --dist collective_liveness_s=60 \
+        --iters 5 --warmup 2 "${args[@]}" --json "$PWD/$OUT/m_cluster_$tag.json" || echo "bench failed at $tag"
       "$C" down --name plan
     fi
     [[ -f $OUT/m_cluster_$tag.json ]] || continue

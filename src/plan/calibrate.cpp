@@ -1,6 +1,7 @@
 #include "plan/calibrate.h"
 
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -235,6 +236,7 @@ Contention contention_probe(const CalibrateOptions& o, Communicator& world, int 
   ct.compute_slowdown = std::max(together_s / (alone_s * std::max(1.0, ct.ranks_per_core)), 1.0);
   std::string curve;
   double back_to_back = 0;  // k = 0: the all-to-all's own cost, which the α–β terms already give
+  double work4_alone = 0;   // this rank's four forwards with every rank computing, nothing in flight
   for (int k : {0, 1, 2, 4, 8}) {
     std::vector<double> cw, tw;
     for (int i = 0; i <= iters; ++i) {
@@ -246,6 +248,7 @@ Contention contention_probe(const CalibrateOptions& o, Communicator& world, int 
       const double t2 = bench::now_ms();
       if (i > 0) cw.push_back((t1 - t0) * 1e-3), tw.push_back((t2 - t1) * 1e-3);
     }
+    if (k == 4) work4_alone = mean(cw);
     const double cs = mean_over_ranks(mean(cw)), ts = mean_over_ranks(mean(tw));
     curve +=
         " " + std::to_string(cs * 1e3).substr(0, 6) + " ms: " + std::to_string(ts * 1e3).substr(0, 6) + ";";
@@ -276,12 +279,45 @@ Contention contention_probe(const CalibrateOptions& o, Communicator& world, int 
     side_s[busy] = max_over_ranks(mean(d));
   }
   ct.side_busy_s = std::max(side_s[1] - side_s[0], 0.0);
+  // The compute's stretch while side ops are in flight: the worker runs enough of the same
+  // all-to-alls back to back to outlast four forwards (the same count on every rank), the compute
+  // thread runs the four forwards; their extra time over four forwards with nothing in flight
+  // (alternating with them, so both meet the same phases of the machine), per second of overlap
+  // with the worker's span, is side_cpu_frac (the mean over ranks).
+  const int reps = int(std::ceil(max_over_ranks(work4_alone / std::max(side_s[0], 1e-6)))) + 1;
+  std::vector<double> alone4, stretched, overlap;
+  for (int i = 0; i < 2 * (iters + 1); ++i) {
+    const bool with = i % 2 == 1;
+    world.barrier();
+    double ts0 = 0, ts1 = 0;
+    Event e;
+    if (with)
+      e = side.submit("contention probe", [&] {
+        ts0 = bench::now_ms();
+        for (int r = 0; r < reps; ++r) polite->all_to_allv(big.data(), bigr.data(), chunk, 1);
+        ts1 = bench::now_ms();
+      });
+    const double w0 = bench::now_ms();
+    work(4);
+    const double w1 = bench::now_ms();
+    if (with) e.wait();
+    if (i < 2) continue;  // the first pair warms up
+    if (!with) alone4.push_back((w1 - w0) * 1e-3);
+    else
+      stretched.push_back((w1 - w0) * 1e-3),
+          overlap.push_back(std::max(0.0, std::min(w1, ts1) - std::max(w0, ts0)) * 1e-3);
+  }
+  work4_alone = median(alone4);
+  const double frac = median(overlap) > 1e-4 ? (median(stretched) - work4_alone) / median(overlap) : 0.0;
+  ct.side_cpu_frac = std::clamp(mean_over_ranks(std::clamp(frac, 0.0, 1.0)), 0.0, 1.0);
   if (o.log && world.rank() == 0) {
-    char b[256];
+    char b[384];
     std::snprintf(
         b, sizeof b,
-        "; side engine's all-to-all of %lld B per peer: %.3f ms idle, %.3f ms busy -> side_busy %.1f us",
-        (long long)block, side_s[0] * 1e3, side_s[1] * 1e3, ct.side_busy_s * 1e6);
+        "; side engine's all-to-all of %lld B per peer: %.3f ms idle, %.3f ms busy -> side_busy %.1f us; "
+        "four forwards %.3f ms alone, %.3f ms beside %d of them -> side_cpu_frac %.3f",
+        (long long)block, side_s[0] * 1e3, side_s[1] * 1e3, ct.side_busy_s * 1e6, work4_alone * 1e3,
+        median(stretched) * 1e3, reps, ct.side_cpu_frac);
     o.log("  contention at " + std::to_string(ct.ranks_per_core).substr(0, 4) + " ranks per core: compute " +
           std::to_string(together_s * 1e3).substr(0, 6) + " ms on every rank (the slowest rank per block; the mean rank " +
           std::to_string(mean_rank_s * 1e3).substr(0, 6) + " ms), " +

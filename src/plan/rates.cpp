@@ -85,6 +85,10 @@ double Rates::side_busy_at(double rpc) const {
   return over_rows(contention, rpc, [](const Contention& row) { return row.side_busy_s; });
 }
 
+double Rates::side_cpu_frac_at(double rpc) const {
+  return over_rows(contention, rpc, [](const Contention& row) { return row.side_cpu_frac; });
+}
+
 double Rates::compute_slowdown_at(double rpc) const {
   return over_rows(
       contention, rpc, [](const Contention& row) { return row.compute_slowdown; }, 1.0);
@@ -133,7 +137,8 @@ std::string rates_json(const Rates& r) {
   for (const Contention& c : r.contention) {
     nlohmann::json row = {{"ranks_per_core", c.ranks_per_core},
                           {"side_busy_us", c.side_busy_s * 1e6},
-                          {"compute_slowdown", c.compute_slowdown}};
+                          {"compute_slowdown", c.compute_slowdown},
+                          {"side_cpu_frac", c.side_cpu_frac}};
     row["compute_us"] = nlohmann::json::array();
     row["wait_us"] = nlohmann::json::array();
     for (size_t i = 0; i < c.compute_s.size(); ++i)
@@ -215,6 +220,8 @@ Rates parse_rates(const std::string& text, const std::string& where) {
       row.ranks_per_core = positive(c, "ranks_per_core", at);
       row.side_busy_s = positive(c, "side_busy_us", at, true) * 1e-6;
       row.compute_slowdown = c.contains("compute_slowdown") ? positive(c, "compute_slowdown", at) : 1.0;
+      row.side_cpu_frac = c.contains("side_cpu_frac") ? positive(c, "side_cpu_frac", at, true) : 0.0;
+      if (row.side_cpu_frac > 1) fail(at, ": 'side_cpu_frac' must be in [0, 1], got ", row.side_cpu_frac);
       for (const char* key : {"compute_us", "wait_us"})
         if (!c.contains(key) || !c[key].is_array() || c[key].size() != c["compute_us"].size())
           fail(at, ": fields 'compute_us' and 'wait_us' must be lists of the same length");

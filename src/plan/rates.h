@@ -32,12 +32,16 @@ struct GemmPoint {
 // computes (its worker sleeps between polls and must get a core); less when the compute thread
 // blocks earlier (then the worker runs at once). The ranks' compute itself runs compute_slowdown
 // times slower than one rank alone at its share of the cores (memory bandwidth, caches, clocks).
+// While a side op is in flight, its rank's compute runs side_cpu_frac of that time slower (the
+// worker's polls, MPI's progress, the kernel's TCP work, on the cores the compute uses: measured
+// as the compute's stretch over the op's span; 0 where the rank has a core to spare).
 // `moe plan --calibrate` of one process writes the row of one rank on the machine (no waits, 1).
 struct Contention {
   double ranks_per_core = 0;
   std::vector<double> compute_s, wait_s;  // ascending compute_s
   double side_busy_s = 0;
   double compute_slowdown = 1;
+  double side_cpu_frac = 0;  // in [0, 1]
   double wait_after(double compute_s) const;
 };
 
@@ -73,6 +77,7 @@ struct Rates {
   // the last; 0 when no row was measured. side_busy_at: the same for side_busy_s.
   double wait_at(double ranks_per_core, double compute_s) const;
   double side_busy_at(double ranks_per_core) const;
+  double side_cpu_frac_at(double ranks_per_core) const;
   double compute_slowdown_at(double ranks_per_core) const;  // 1 at 0 ranks per core
   // Adds a measured row, replacing one at the same ranks per core; keeps the rows sorted.
   void set_contention(const Contention& c);

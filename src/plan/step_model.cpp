@@ -59,11 +59,13 @@ struct ContentionModel {
   double ranks_per_core = 0;
   double wait(double compute_s) const { return r ? r->wait_at(ranks_per_core, compute_s) : 0; }
   double side_busy() const { return r ? r->side_busy_at(ranks_per_core) : 0; }
+  double side_cpu_frac() const { return r ? r->side_cpu_frac_at(ranks_per_core) : 0; }
 };
 
 // The two timelines. Compute ops run back to back on the compute thread; a side op starts when it
 // is submitted and the FIFO worker is free. A compute op overlapping a side op's CPU work is
-// stretched by `steal` of that work (the two share the rank's cores). Contention: an inline
+// stretched by `steal` of that work (the two share the rank's cores): of its own CPU seconds spread
+// over its span, or of the measured side_cpu_frac of the span if that is more. Contention: an inline
 // collective first waits for the slowest member (ContentionModel::wait of the compute since the
 // compute thread's previous collective or wait); a side op takes side_busy longer, unless the
 // compute thread blocks on it (or on a later op) first: then it ends when its own cost is done.
@@ -77,7 +79,7 @@ class Sim {
     for (const SideIv& s : side_)
       if (s.end > s.start) {
         const double ov = std::max(0.0, std::min(t_ + dur, s.end) - std::max(t_, s.start));
-        penalty += steal_ * s.cpu * ov / (s.end - s.start);
+        penalty += steal_ * std::max(s.cpu / (s.end - s.start), cm_.side_cpu_frac()) * ov;
       }
     record(name, false, false, t_, t_ + dur + penalty);
     p_.compute_s += dur + penalty;

@@ -344,6 +344,60 @@ TEST(PlanStep, ContentionWaitOfInlineCollectivesHandComputed) {
               1.5 * predict_step(small_layer(), Layout{}, one, round_rates()).step_s, 1e-12);
 }
 
+TEST(PlanStep, SideCpuFracStretchesComputeOverlappingSideOps) {
+  // The FSDP gathers offloaded across 2 one-core hosts: on the wire, they keep no core busy in the
+  // model (comm_cpu_ns_per_byte 0); a measured side_cpu_frac stretches the compute that overlaps
+  // them, by at most that fraction of the side ops' spans, and only where the side engine has no
+  // spare core.
+  Rates r = round_rates();
+  Cluster cl;
+  cl.hosts = 2, cl.cores = 1, cl.ranks_per_host = 1;
+  cl.inter.bw_Bps = 1e8, cl.inter.lat_s = 20e-6;
+  Layout l;
+  l.fsdp = 2, l.off_fsdp = true;
+  ModelOptions steal;
+  steal.steal = 1;
+  auto with_frac = [&](double f) {
+    Contention c = row(1, {0}, {0});
+    c.side_cpu_frac = f;
+    Rates x = r;
+    x.set_contention(c);
+    return x;
+  };
+  const Prediction p0 = predict_step(small_layer(), l, cl, with_frac(0), steal);
+  const Prediction p5 = predict_step(small_layer(), l, cl, with_frac(0.5), steal);
+  double spans = 0;
+  for (const SimOp& op : p5.ops)
+    if (op.side) spans += op.end - op.start;
+  EXPECT_GT(p5.compute_s, p0.compute_s);
+  EXPECT_LE(p5.compute_s - p0.compute_s, 0.5 * spans + 1e-12);
+  EXPECT_GT(p5.step_s, p0.step_s);
+  // A spare core (steal 0): the fraction changes nothing.
+  ModelOptions spare;
+  spare.steal = 0;
+  EXPECT_DOUBLE_EQ(predict_step(small_layer(), l, cl, with_frac(0.5), spare).step_s,
+                   predict_step(small_layer(), l, cl, with_frac(0), spare).step_s);
+  // An offloaded sort is all CPU (its own cost fills its span): a fraction below 1 adds nothing.
+  Layout sort;
+  sort.off_sort = true;
+  Cluster one;
+  one.cores = 1;
+  EXPECT_DOUBLE_EQ(predict_step(small_layer(), sort, one, with_frac(0.9), steal).step_s,
+                   predict_step(small_layer(), sort, one, with_frac(0), steal).step_s);
+  // The rates file keeps it; a value above 1 is refused by name.
+  Rates back = parse_rates(rates_json(with_frac(0.25)), "mem");
+  ASSERT_EQ(back.contention.size(), 1u);
+  EXPECT_NEAR(back.side_cpu_frac_at(1), 0.25, 1e-12);
+  EXPECT_NEAR(back.side_cpu_frac_at(0.5), 0.125, 1e-12);  // from 0 at 0 ranks per core
+  std::string bad = rates_json(with_frac(0.25));
+  const size_t at = bad.find("\"side_cpu_frac\": 0.25");
+  ASSERT_NE(at, std::string::npos) << bad;
+  bad.replace(at, std::string("\"side_cpu_frac\": 0.25").size(), "\"side_cpu_frac\": 1.5");
+  EXPECT_NE(error_of([&] { parse_rates(bad, "f.json"); }).find("f.json: contention[0]: 'side_cpu_frac' must be in [0, 1]"),
+            std::string::npos)
+      << error_of([&] { parse_rates(bad, "f.json"); });
+}
+
 TEST(PlanStep, SideBusyEndsWhenTheComputeThreadBlocksHandComputed) {
   // SideEngineOverlapHandComputed's layout (fsdp=2, gathers offloaded) with a constant wait w for the
   // slowest member and side_busy = 10 s: each gather would take 10 s longer, but once the compute
