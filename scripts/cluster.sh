@@ -9,6 +9,8 @@
 #   scripts/cluster.sh mpirun [--name NAME] MPIRUN_ARGS...   # or the wrapper `up` prints
 #   scripts/cluster.sh srun|sbatch|sinfo [--name NAME] ARGS... # with --slurm
 #   scripts/cluster.sh exec [--name NAME] HOST CMD...        # a command on one host
+#   scripts/cluster.sh placement [--name NAME] NP [ARGS...]  # where NP ranks run (host, cpus); fails
+#                                                            # if a rank is off its host's cpus
 #   scripts/cluster.sh status [--name NAME]                  # hosts, links, bytes through each link
 #   scripts/cluster.sh down [--name NAME | --all]            # idempotent; also after a crash
 #   scripts/cluster.sh cut [--name NAME] HOST                # HOST's link down (a pulled cable)
@@ -42,7 +44,7 @@ die() { echo "cluster.sh: $*" >&2; exit 1; }
 skip() { echo "cluster.sh: cannot make a cluster here: $*" >&2; exit $SKIP; }
 
 usage() {
-  sed -n "7,15p" "$0" | sed 's/^# //' >&2
+  sed -n "7,17p" "$0" | sed 's/^# //' >&2
   exit 1
 }
 
@@ -289,6 +291,29 @@ cmd_exec() {
   exec nsenter --net=/run/netns/"$ns" --uts="$uts" -- "${pin[@]}" "$@"
 }
 
+# placement NP [MPIRUN_ARGS...]: NP ranks under the cluster's mpirun print their host and cpus, one
+# line per rank; status 1 if a rank runs on cpus other than its host's set (`all`: every cpu here).
+cmd_placement() {
+  [ -x "$DIR/mpirun" ] || die "cluster '$NAME' is not up (no $DIR/mpirun)"
+  [[ ${1:-} =~ ^[1-9][0-9]*$ ]] || die "placement: expected the number of ranks, got '${1:-}'"
+  local np=$1 out r host cpus want bad=0
+  shift
+  out=$("$DIR/mpirun" -np "$np" "$@" sh -c \
+    'echo "$OMPI_COMM_WORLD_RANK $(hostname) $(sed -n "s/^Cpus_allowed_list:\s*//p" /proc/self/status)"') ||
+    die "placement: mpirun failed: $out"
+  while read -r r host cpus; do
+    want=$(awk -v h="$host" '$1 == h { print $5 }' "$DIR/hosts")
+    [ "$want" = all ] && want=$(sed -n 's/^Cpus_allowed_list:\s*//p' /proc/self/status)
+    if [ "$(expand_cpus "$cpus" | sort -n)" = "$(expand_cpus "$want" | sort -n)" ]; then
+      echo "rank $r: host $host, cpus $cpus"
+    else
+      echo "rank $r: host $host, cpus $cpus: NOT its host's cpus ($want)"
+      bad=1
+    fi
+  done < <(sort -n <<<"$out")
+  return $bad
+}
+
 # cut / heal HOST: the host's veth end in the head (its switch port) down / up; the host's eth0
 # loses its carrier, so nothing passes either way and no TCP peer sees a reset (a pulled cable).
 cmd_link() {
@@ -316,6 +341,13 @@ down)
   fi
   ;;
 status) parse_name "$@"; cmd_status ;;
+placement)
+  # --name is read only as the first argument here, so that mpirun's own arguments pass untouched.
+  NAME=${MOE_CLUSTER:-moe}
+  if [ "${1:-}" = --name ]; then NAME=$2; shift 2; fi
+  parse_name --name "$NAME"
+  cmd_placement "$@"
+  ;;
 cut) parse_name "$@"; cmd_link down "${ARGS[@]}" ;;
 heal) parse_name "$@"; cmd_link up "${ARGS[@]}" ;;
 mpirun)

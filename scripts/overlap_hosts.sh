@@ -44,6 +44,7 @@ for hosts in $hosts_list; do
     grep -E '^cluster|link|cpus' <<<"$up" | head -3
     mpi=(/run/moe-cluster/$name/mpirun "${env_args[@]}" "${tcp_args[@]}")
     tag=h${hosts}_${rate}
+    scripts/cluster.sh placement --name "$name" "$hosts" | tee "$out/${tag}_placement.txt"
     echo "== $hosts hosts, link $rate: link probe (8 MB all-to-all per rank)"
     "${mpi[@]}" -np "$hosts" "$PWD/build/moe" bench --dist --probe-mb 8 --iters 3 | tee "$out/${tag}_probe.txt"
     echo "== $hosts hosts, link $rate: compute only (one rank of ep2_chunks4, no communication)"

@@ -59,6 +59,7 @@ if ((RPH == 1)); then
       "$C" down --name plan >/dev/null 2>&1 || true
       # shellcheck disable=SC2046
       "$C" up 2 --name plan --ranks-per-host 1 $(link_args "$rate")
+      "$C" placement --name plan 2 --map-by node
       echo "load ($tag): $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$OUT/load.txt"
       $W -np 2 --map-by node "${ITEM5[@]}" "$MOE" plan --calibrate --rates "$PWD/$OUT/rates.json" \
         --out "$PWD/$OUT/rates_cluster_$tag.json"
@@ -80,6 +81,7 @@ if ((RPH == 2)); then for rate in "$@"; do
   "$C" down --name plan >/dev/null 2>&1 || true
   # shellcheck disable=SC2046
   "$C" up 2 --name plan --ranks-per-host 2 $(link_args "$rate")
+  "$C" placement --name plan 4
   echo "load ($rate): $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$OUT/load.txt"
   $W -np 2 --map-by node "$MOE" plan --calibrate --rates "$PWD/$OUT/rates.json" --out "$PWD/$OUT/link_$rate.json"
   $W -np 4 "$MOE" plan --calibrate --rates "$PWD/$OUT/rates.json" --out "$PWD/$OUT/rates_cluster_$rate.json"

@@ -61,6 +61,12 @@ wait
 [ "$peer" = 10.77.0.1 ] || die "h2 saw the connection from '$peer', expected 10.77.0.1"
 echo "h0 -> h2 over TCP: h2 sees 10.77.0.1"
 "$CLUSTER" status --name "$name" || die "status failed"
+# placement: one line per rank, on its host, on its host's cpus (3 hosts on 2 cores share them all).
+pl=$("$CLUSTER" placement --name "$name" 6) || die "placement failed: $pl"
+echo "$pl"
+[ "$(grep -c "^rank [0-5]: host $name-h[0-2], cpus " <<<"$pl")" = 6 ] || die "placement: expected 6 ranks: $pl"
+grep -q "^rank 5: host $name-h2," <<<"$pl" || die "placement: rank 5 not on h2: $pl"
+expect_fail "expected the number of ranks" "$CLUSTER" placement --name "$name" x
 expect_fail "exists" "$CLUSTER" up 1 --name "$name"
 
 # A crash: a process left running in a host; down ends it and removes everything, twice.
