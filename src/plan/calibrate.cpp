@@ -152,7 +152,7 @@ double sync_skew_s(Communicator& world) {
 // last arrival less its own, so the mean over ranks is max − mean of the arrivals, the spread of
 // one interval's compute; the max over ranks (the earliest rank's wait, max − min) counts it
 // twice. The slowdown below is the slowest rank's (ranks here differ persistently, for seconds).
-Contention contention_probe(const CalibrateOptions& o, Communicator& world, int iters) {
+Contention contention_probe(const CalibrateOptions& o, Communicator& world, int iters, double lat_s) {
   const int W = world.size();
   LayerShape L = o.shapes.front();
   L.T = std::min<int64_t>(L.T, 16);
@@ -187,6 +187,7 @@ Contention contention_probe(const CalibrateOptions& o, Communicator& world, int 
   std::unique_ptr<Communicator> polite = world.split(0, world.rank());
   polite->set_polite_waits(true);
   Contention ct;
+  double ag_ms = 0;
   ct.ranks_per_core = double(W) / std::max(1u, std::thread::hardware_concurrency());
   // Compute slowdown: the step's own compute (forward + backward of the first shape at a quarter of
   // its tokens, the T per rank of the validation's mpirun runs; a 16-token forward is bound by the
@@ -257,6 +258,22 @@ Contention contention_probe(const CalibrateOptions& o, Communicator& world, int 
     if (k == 0) back_to_back = ts;
     ct.wait_s.push_back(std::max(ts - back_to_back, 0.0));
   }
+  // All-gather bandwidth: every rank gathers 8 MiB from each (the size of a layer's gradient or
+  // weight shard), MPI's own waits; per rank, as a ring all-gather's β: (W-1)·n / (t - (W-1)·α).
+  {
+    const int64_t n = int64_t(8) << 20;
+    std::vector<char> mine(size_t(n), 1), all(size_t(n) * size_t(W));
+    std::vector<double> t;
+    for (int i = 0; i <= std::min(iters, 8); ++i) {
+      world.barrier();
+      const double t0 = bench::now_ms();
+      world.all_gather(mine.data(), all.data(), size_t(n));
+      if (i > 0) t.push_back((bench::now_ms() - t0) * 1e-3);  // the first one maps the buffers
+    }
+    const double s = max_over_ranks(median(t)) - (W - 1) * lat_s;
+    ct.ag_bw_Bps = double(n) * (W - 1) / std::max(s, 1e-9);
+    ag_ms = s * 1e3;
+  }
   // Side engine: a polled all-to-all of one chunk's rows (T·K rows of D), compute thread idle or busy.
   SideEngine side(1);
   std::vector<char>& big = send;
@@ -311,13 +328,14 @@ Contention contention_probe(const CalibrateOptions& o, Communicator& world, int 
   const double frac = median(overlap) > 1e-4 ? (median(stretched) - work4_alone) / median(overlap) : 0.0;
   ct.side_cpu_frac = std::clamp(mean_over_ranks(std::clamp(frac, 0.0, 1.0)), 0.0, 1.0);
   if (o.log && world.rank() == 0) {
-    char b[384];
+    char b[512];
     std::snprintf(
         b, sizeof b,
         "; side engine's all-to-all of %lld B per peer: %.3f ms idle, %.3f ms busy -> side_busy %.1f us; "
-        "four forwards %.3f ms alone, %.3f ms beside %d of them -> side_cpu_frac %.3f",
+        "four forwards %.3f ms alone, %.3f ms beside %d of them -> side_cpu_frac %.3f; "
+        "all-gather of 8 MiB per rank %.3f ms -> %.3f GB/s per rank",
         (long long)block, side_s[0] * 1e3, side_s[1] * 1e3, ct.side_busy_s * 1e6, work4_alone * 1e3,
-        median(stretched) * 1e3, reps, ct.side_cpu_frac);
+        median(stretched) * 1e3, reps, ct.side_cpu_frac, ag_ms, ct.ag_bw_Bps / 1e9);
     o.log("  contention at " + std::to_string(ct.ranks_per_core).substr(0, 4) + " ranks per core: compute " +
           std::to_string(together_s * 1e3).substr(0, 6) + " ms on every rank (the slowest rank per block; the mean rank " +
           std::to_string(mean_rank_s * 1e3).substr(0, 6) + " ms), " +
@@ -359,7 +377,7 @@ Rates calibrate(const CalibrateOptions& o, Communicator& world) {
     const int threads = pool.size();
     pool.resize(1);  // one pool thread per rank, as moe bench --dist runs under MOE_NUM_THREADS=1
     if (!o.shapes.empty())
-      r.contention.push_back(contention_probe(o, world, std::max(5 * o.iters, 20)));
+      r.contention.push_back(contention_probe(o, world, std::max(5 * o.iters, 20), r.intra.lat_s));
     pool.resize(threads);
     return r;
   }

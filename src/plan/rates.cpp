@@ -94,6 +94,15 @@ double Rates::compute_slowdown_at(double rpc) const {
       contention, rpc, [](const Contention& row) { return row.compute_slowdown; }, 1.0);
 }
 
+double Rates::ag_bw_at(double rpc) const {
+  std::vector<Contention> rows;
+  for (const Contention& c : contention)
+    if (c.ag_bw_Bps > 0) rows.push_back(c);
+  if (rows.empty()) return 0;
+  if (rpc <= rows.front().ranks_per_core) return rows.front().ag_bw_Bps;
+  return over_rows(rows, rpc, [](const Contention& row) { return row.ag_bw_Bps; }, rows.front().ag_bw_Bps);
+}
+
 void Rates::set_contention(const Contention& c) {
   auto same = [&](const Contention& x) { return std::fabs(x.ranks_per_core - c.ranks_per_core) < 1e-9; };
   contention.erase(std::remove_if(contention.begin(), contention.end(), same), contention.end());
@@ -139,6 +148,7 @@ std::string rates_json(const Rates& r) {
                           {"side_busy_us", c.side_busy_s * 1e6},
                           {"compute_slowdown", c.compute_slowdown},
                           {"side_cpu_frac", c.side_cpu_frac}};
+    if (c.ag_bw_Bps > 0) row["ag_bw_gbps"] = c.ag_bw_Bps / 1e9;
     row["compute_us"] = nlohmann::json::array();
     row["wait_us"] = nlohmann::json::array();
     for (size_t i = 0; i < c.compute_s.size(); ++i)
@@ -222,6 +232,7 @@ Rates parse_rates(const std::string& text, const std::string& where) {
       row.compute_slowdown = c.contains("compute_slowdown") ? positive(c, "compute_slowdown", at) : 1.0;
       row.side_cpu_frac = c.contains("side_cpu_frac") ? positive(c, "side_cpu_frac", at, true) : 0.0;
       if (row.side_cpu_frac > 1) fail(at, ": 'side_cpu_frac' must be in [0, 1], got ", row.side_cpu_frac);
+      row.ag_bw_Bps = c.contains("ag_bw_gbps") ? positive(c, "ag_bw_gbps", at) * 1e9 : 0.0;  // optional
       for (const char* key : {"compute_us", "wait_us"})
         if (!c.contains(key) || !c[key].is_array() || c[key].size() != c["compute_us"].size())
           fail(at, ": fields 'compute_us' and 'wait_us' must be lists of the same length");

@@ -35,6 +35,9 @@ struct GemmPoint {
 // While a side op is in flight, its rank's compute runs side_cpu_frac of that time slower (the
 // worker's polls, MPI's progress, the kernel's TCP work, on the cores the compute uses: measured
 // as the compute's stretch over the op's span; 0 where the rank has a core to spare).
+// ag_bw_Bps: the per-rank bandwidth of a large all-gather inside the host with this many ranks per
+// core (the weight gathers, the gradients' all-reduce), measured; 0: not measured (the link's
+// bandwidth times the rank's share of a core stands in).
 // `moe plan --calibrate` of one process writes the row of one rank on the machine (no waits, 1).
 struct Contention {
   double ranks_per_core = 0;
@@ -42,6 +45,7 @@ struct Contention {
   double side_busy_s = 0;
   double compute_slowdown = 1;
   double side_cpu_frac = 0;  // in [0, 1]
+  double ag_bw_Bps = 0;
   double wait_after(double compute_s) const;
 };
 
@@ -79,6 +83,9 @@ struct Rates {
   double side_busy_at(double ranks_per_core) const;
   double side_cpu_frac_at(double ranks_per_core) const;
   double compute_slowdown_at(double ranks_per_core) const;  // 1 at 0 ranks per core
+  // The measured all-gather bandwidth at `ranks_per_core`: linear between the rows that measured
+  // it, the nearest such row beyond them; 0 when none did.
+  double ag_bw_at(double ranks_per_core) const;
   // Adds a measured row, replacing one at the same ranks per core; keeps the rows sorted.
   void set_contention(const Contention& c);
 };

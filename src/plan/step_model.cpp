@@ -196,6 +196,7 @@ struct Step {
   Sim& sim;
   double speed = 1, b = 2, wb = 4;
   Link intra, inter;
+  Link intra_ag;  // intra for the all-gathers: their measured bandwidth where the rates have it
   Group ep, fs, dfs, world;
   int64_t El = 1, n = 1, Tc = 1, Rc = 1;
 
@@ -223,7 +224,7 @@ struct Step {
 };
 
 Step make_step(const LayerShape& L, const Layout& lay, const Cluster& cl, const Rates& r, Sim& sim) {
-  Step s{L, lay, cl, r, sim, 1, 2, 4, {}, {}, {}, {}, {}, {}, 1, 1, 1, 1};
+  Step s{L, lay, cl, r, sim, 1, 2, 4, {}, {}, {}, {}, {}, {}, {}, 1, 1, 1, 1};
   const int threads = cl.threads > 0 ? cl.threads : std::max(1, int(std::floor(cl.cores_per_rank())));
   // Ranks sharing cores also slow each other's compute (rates.h, Contention::compute_slowdown).
   s.speed = r.speed(cl.cores_per_rank(), threads) /
@@ -237,6 +238,13 @@ Step make_step(const LayerShape& L, const Layout& lay, const Cluster& cl, const 
                    : cl.hosts == 1 && r.contention.empty() ? r.intra.sync_s
                                                            : 0;
   s.intra.bw_Bps *= std::min(1.0, cl.cores_per_rank());  // shared-memory copies are CPU work
+  // Large all-gathers at this many ranks per core run faster than that share of the all-to-all's
+  // bandwidth (docs/distributed.md, "Model of scale"): their own measurement where there is one.
+  s.intra_ag = s.intra;
+  if (cl.intra.bw_Bps <= 0 && cl.cores > 0) {
+    const double ag = r.ag_bw_at(double(cl.ranks_per_host) / cl.cores);
+    if (ag > 0) s.intra_ag.bw_Bps = ag;
+  }
   s.inter = cl.inter;
   s.inter.sync_s = cl.sync_given ? cl.intra.sync_s : 0;
   const int rph = cl.ranks_per_host;
@@ -261,7 +269,7 @@ void weight_gathers(Step& s, Ev& up, Ev& down) {
     if (s.L.weight_dtype != s.L.dtype)
       s.sim.compute("cast:" + std::string(kWeights[w]), "cast", s.copy_s(shard * (s.b + s.wb)));
     if (s.lay.fsdp == 1) continue;
-    const Cost c = ring_all_gather(s.fs, shard * s.b, s.intra, s.inter);
+    const Cost c = ring_all_gather(s.fs, shard * s.b, s.intra_ag, s.inter);
     const double place = s.copy_s(2 * shard * s.lay.fsdp * s.b);  // the tiled gather's placement copy
     ev[w] = s.sim.collective(s.lay.off_fsdp, "AG:" + std::string(kWeights[w]), "AG:weights", c, place,
                              s.cpu_of(s.fs, c, shard * s.b * (s.lay.fsdp - 1)));
@@ -285,7 +293,7 @@ void forward_a2a(Step& s, std::vector<Ev>& routed, const Ev& up, const Ev& down)
     s.sim.wait(routed[size_t(c)]);
     s.sim.compute("permute", "permute", s.bytes_s(2.0 * double(s.Rc) * row_bytes, s.r.permute_gbps));
     if (!ep) return;
-    const Cost cc = all_gather(s.ep, double(s.L.E) * 8, s.intra, s.inter);
+    const Cost cc = all_gather(s.ep, double(s.L.E) * 8, s.intra_ag, s.inter);
     Ev planned = s.sim.collective(off, "AG:counts", "AG:counts", cc, 0, 0);
     if (!off) s.sim.wait(planned);
     const double bytes = double(s.Rc) * row_bytes;
@@ -320,8 +328,8 @@ void forward_ring(Step& s, std::vector<Ev>& routed, const Ev& up, const Ev& down
   const bool off = s.lay.off_ep;
   auto prep = [&](int64_t c) {
     s.sim.wait(routed[size_t(c)]);
-    Cost a = all_gather(s.ep, double(s.Tc) * row_bytes, s.intra, s.inter);
-    const Cost k = all_gather(s.ep, double(s.Tc * s.L.K) * 9, s.intra, s.inter);  // ids, weights, keep
+    Cost a = all_gather(s.ep, double(s.Tc) * row_bytes, s.intra_ag, s.inter);
+    const Cost k = all_gather(s.ep, double(s.Tc * s.L.K) * 9, s.intra_ag, s.inter);  // ids, weights, keep
     a.alpha_s += k.alpha_s, a.beta_s += k.beta_s;
     got[size_t(c)] = s.sim.collective(off, "AG:tokens", "AG:ring", a, 0,
                                       s.cpu_of(s.ep, a, double(s.Tc) * row_bytes * (P - 1)));
@@ -369,7 +377,7 @@ void weight_grads(Step& s, std::vector<Ev>& reduced) {
       extra = s.copy_s(bytes + shard);
     } else {  // the engine's deterministic AR: all-gather of the full gradient, ordered sum
       bytes = full;
-      c = all_gather(s.dfs, full, s.intra, s.inter);
+      c = all_gather(s.dfs, full, s.intra_ag, s.inter);
       extra = s.copy_s(double(G) * full + full);
     }
     reduced.push_back(s.sim.collective(s.lay.off_fsdp, std::string(expl ? "RS:grad." : "AR:grad.") + w,
@@ -413,7 +421,7 @@ void backward_ring(Step& s, std::vector<Ev>& reduced) {
   std::vector<Ev> sent(size_t(s.n)), ret(size_t(s.n));
   const bool off = s.lay.off_ep;
   auto prep = [&](int64_t c) {
-    const Cost a = all_gather(s.ep, double(s.Tc) * row_bytes, s.intra, s.inter);
+    const Cost a = all_gather(s.ep, double(s.Tc) * row_bytes, s.intra_ag, s.inter);
     sent[size_t(c)] = s.sim.collective(off, "AG:dy", "AG:ring", a, 0,
                                        s.cpu_of(s.ep, a, double(s.Tc) * row_bytes * (P - 1)));
   };
@@ -453,7 +461,7 @@ Prediction predict_step(const LayerShape& L, const Layout& lay, const Cluster& c
   Ev up, down;
   weight_gathers(s, up, down);
   sim.compute("router", "router", s.flops_s(2 * T * D * E, r.router_gflops));
-  const Cost stats = all_gather(s.world, E * 24 + 40, s.intra, s.inter);
+  const Cost stats = all_gather(s.world, E * 24 + 40, s.intra_ag, s.inter);
   sim.collective(false, "AG:aux_stats", "AG:aux_stats", stats, 0, 0);
   std::vector<Ev> routed(size_t(s.n));
   const double sort_s = double(s.Rc) * r.sort_ns_per_row * 1e-9 / s.speed;
@@ -476,7 +484,7 @@ Prediction predict_step(const LayerShape& L, const Layout& lay, const Cluster& c
   sim.compute("router_backward", "router_backward", s.flops_s(4 * T * D * E, r.router_backward_gflops));
   if (lay.ranks() > 1) {
     const double n = D * E * 4;
-    const Cost ar = all_gather(s.world, n, s.intra, s.inter);
+    const Cost ar = all_gather(s.world, n, s.intra_ag, s.inter);
     sim.collective(false, "AR:grad.router.kernel", "AR:router", ar, s.copy_s(lay.ranks() * n), 0);
   }
   for (const Ev& e : reduced) sim.wait(e);

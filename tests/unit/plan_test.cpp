@@ -398,6 +398,53 @@ TEST(PlanStep, SideCpuFracStretchesComputeOverlappingSideOps) {
       << error_of([&] { parse_rates(bad, "f.json"); });
 }
 
+TEST(PlanStep, MeasuredAllGatherBandwidthPricesTheGathersOnly) {
+  // 4 ranks on 2 cores (2 ranks per core): the intra link's bandwidth is halved for the half core
+  // (1 GB/s -> 0.5), unless the contention row measured the all-gather's own: then every
+  // all-gather (the weight gathers here) is priced at it, and the all-to-alls keep the halved link.
+  Rates r = round_rates();
+  Cluster cl;
+  cl.cores = 2, cl.ranks_per_host = 4;
+  Layout fsdp4;
+  fsdp4.fsdp = 4;
+  const LayerShape L = small_layer();
+  auto with_ag = [&](double bw) {
+    Contention c = row(2, {0}, {0});
+    c.ag_bw_Bps = bw;
+    Rates x = r;
+    x.set_contention(c);
+    return x;
+  };
+  const Prediction halved = predict_step(L, fsdp4, cl, with_ag(0));
+  const Prediction measured = predict_step(L, fsdp4, cl, with_ag(2e9));
+  // Three weights, each a ring of 3 steps of one shard (E·D·F/4 elements of 2 bytes): only β moves.
+  const double shard = 8.0 * 64 * 32 / 4 * 2;
+  EXPECT_NEAR(halved.terms.at("AG:weights") - measured.terms.at("AG:weights"), 3 * 3 * shard * (1 / 0.5e9 - 1 / 2e9),
+              1e-15);
+  // The all-to-alls of expert parallelism do not move.
+  Layout ep4;
+  ep4.expert = 4;
+  EXPECT_DOUBLE_EQ(predict_step(L, ep4, cl, with_ag(2e9)).terms.at("A2A"),
+                   predict_step(L, ep4, cl, with_ag(0)).terms.at("A2A"));
+  // A link given in the cluster description wins over the rates' measurement.
+  Cluster given = cl;
+  given.intra = Link{1e9, 1e-6};
+  EXPECT_DOUBLE_EQ(predict_step(L, fsdp4, given, with_ag(2e9)).step_s, predict_step(L, fsdp4, given, with_ag(0)).step_s);
+  // Rows: linear between the rows that measured it, the nearest one outside them; files keep it.
+  Rates two = with_ag(2e9);
+  Contention one = row(1, {0}, {0});
+  one.ag_bw_Bps = 4e9;
+  two.set_contention(one);
+  two.set_contention(row(4, {0}, {0}));  // a row without the measurement is skipped
+  EXPECT_NEAR(two.ag_bw_at(1.5), 3e9, 1e-3);
+  EXPECT_NEAR(two.ag_bw_at(0.5), 4e9, 1e-3);
+  EXPECT_NEAR(two.ag_bw_at(8), 2e9, 1e-3);
+  EXPECT_DOUBLE_EQ(round_rates().ag_bw_at(2), 0.0);
+  const Rates back = parse_rates(rates_json(two), "mem");
+  EXPECT_NEAR(back.ag_bw_at(1.5), 3e9, 1e-3);
+  EXPECT_EQ(rates_json(with_ag(0)).find("ag_bw_gbps"), std::string::npos);  // not measured: not written
+}
+
 TEST(PlanStep, SideBusyEndsWhenTheComputeThreadBlocksHandComputed) {
   // SideEngineOverlapHandComputed's layout (fsdp=2, gathers offloaded) with a constant wait w for the
   // slowest member and side_busy = 10 s: each gather would take 10 s longer, but once the compute
