@@ -258,20 +258,30 @@ Contention contention_probe(const CalibrateOptions& o, Communicator& world, int 
     if (k == 0) back_to_back = ts;
     ct.wait_s.push_back(std::max(ts - back_to_back, 0.0));
   }
-  // All-gather bandwidth: every rank gathers 8 MiB from each (the size of a layer's gradient or
-  // weight shard), MPI's own waits; per rank, as a ring all-gather's β: (W-1)·n / (t - (W-1)·α).
+  // All-gather bandwidth inside a host: the ranks of each host gather 8 MiB from each (the size of
+  // a layer's gradient or weight shard), MPI's own waits, every host at once; per rank, as a ring
+  // all-gather's β: (H-1)·n / (t - (H-1)·α) for H ranks per host. Not measured (0) when a host has
+  // one rank or the hosts differ in ranks: the model then halves the link per shared core.
+  std::unique_ptr<Communicator> host = world.split_by_host(world.rank());
+  const int H = host->size();
+  double hmin = H, hmax = H;
   {
+    std::vector<double> all(size_t(W), 0.0);
+    world.all_gather(&hmin, all.data(), sizeof hmin);
+    hmin = *std::min_element(all.begin(), all.end()), hmax = *std::max_element(all.begin(), all.end());
+  }
+  if (hmin == hmax && H > 1) {
     const int64_t n = int64_t(8) << 20;
-    std::vector<char> mine(size_t(n), 1), all(size_t(n) * size_t(W));
+    std::vector<char> mine(size_t(n), 1), all(size_t(n) * size_t(H));
     std::vector<double> t;
     for (int i = 0; i <= std::min(iters, 8); ++i) {
       world.barrier();
       const double t0 = bench::now_ms();
-      world.all_gather(mine.data(), all.data(), size_t(n));
+      host->all_gather(mine.data(), all.data(), size_t(n));
       if (i > 0) t.push_back((bench::now_ms() - t0) * 1e-3);  // the first one maps the buffers
     }
-    const double s = max_over_ranks(median(t)) - (W - 1) * lat_s;
-    ct.ag_bw_Bps = double(n) * (W - 1) / std::max(s, 1e-9);
+    const double s = max_over_ranks(median(t)) - (H - 1) * lat_s;
+    ct.ag_bw_Bps = double(n) * (H - 1) / std::max(s, 1e-9);
     ag_ms = s * 1e3;
   }
   // Side engine: a polled all-to-all of one chunk's rows (T·K rows of D), compute thread idle or busy.
@@ -327,15 +337,19 @@ Contention contention_probe(const CalibrateOptions& o, Communicator& world, int 
   work4_alone = median(alone4);
   const double frac = median(overlap) > 1e-4 ? (median(stretched) - work4_alone) / median(overlap) : 0.0;
   ct.side_cpu_frac = std::clamp(mean_over_ranks(std::clamp(frac, 0.0, 1.0)), 0.0, 1.0);
+  char ag_text[160];
+  if (ct.ag_bw_Bps > 0)
+    std::snprintf(ag_text, sizeof ag_text, "all-gather of 8 MiB per rank inside each host (%d ranks) %.3f ms -> %.3f GB/s per rank", H, ag_ms, ct.ag_bw_Bps / 1e9);
+  else
+    std::snprintf(ag_text, sizeof ag_text, "all-gather inside a host not measured (%d rank(s) on this one)", H);
   if (o.log && world.rank() == 0) {
     char b[512];
     std::snprintf(
         b, sizeof b,
         "; side engine's all-to-all of %lld B per peer: %.3f ms idle, %.3f ms busy -> side_busy %.1f us; "
-        "four forwards %.3f ms alone, %.3f ms beside %d of them -> side_cpu_frac %.3f; "
-        "all-gather of 8 MiB per rank %.3f ms -> %.3f GB/s per rank",
+        "four forwards %.3f ms alone, %.3f ms beside %d of them -> side_cpu_frac %.3f; %s",
         (long long)block, side_s[0] * 1e3, side_s[1] * 1e3, ct.side_busy_s * 1e6, work4_alone * 1e3,
-        median(stretched) * 1e3, reps, ct.side_cpu_frac, ag_ms, ct.ag_bw_Bps / 1e9);
+        median(stretched) * 1e3, reps, ct.side_cpu_frac, ag_text);
     o.log("  contention at " + std::to_string(ct.ranks_per_core).substr(0, 4) + " ranks per core: compute " +
           std::to_string(together_s * 1e3).substr(0, 6) + " ms on every rank (the slowest rank per block; the mean rank " +
           std::to_string(mean_rank_s * 1e3).substr(0, 6) + " ms), " +

@@ -10,7 +10,7 @@ rm -rf "$DIR" && mkdir -p "$DIR"
 for np in 2 4; do
   "$MPIEXEC" --oversubscribe -np $np "$MOE" plan --calibrate --tiny --rates "$DIR/rates.json" \
     --out "$DIR/rates.json" >"$DIR/np$np.log" 2>&1 || { cat "$DIR/np$np.log"; exit 1; }
-  grep -Eq "all-gather of 8 MiB per rank [0-9.]+ ms -> [0-9.]+ GB/s per rank" "$DIR/np$np.log" ||
+  grep -Eq "all-gather of 8 MiB per rank inside each host \($np ranks\) [0-9.]+ ms -> [0-9.]+ GB/s per rank" "$DIR/np$np.log" ||
     { echo "np $np: no all-gather measurement in the log"; cat "$DIR/np$np.log"; exit 1; }
 done
 n=$(grep -c '"ag_bw_gbps"' "$DIR/rates.json")
