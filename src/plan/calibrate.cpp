@@ -39,7 +39,6 @@ std::string kind_of(const std::string& name) { return name.substr(0, name.find('
 struct StepTimes {
   std::map<std::string, double> op_s;  // median over steps of the per-step sum per kind
   double step_s = 0;
-  double min_step_s = 0;  // the least disturbed step (for the pool speedup on a loaded machine)
 };
 
 // The one-rank layer config of a calibrated shape.
@@ -84,7 +83,6 @@ StepTimes time_layer(const LayerShape& L, int iters) {
   StepTimes t;
   for (auto& [k, v] : per) t.op_s[k] = median(v);
   t.step_s = median(steps);
-  t.min_step_s = *std::min_element(steps.begin(), steps.end());
   return t;
 }
 
@@ -419,6 +417,21 @@ Rates calibrate(const CalibrateOptions& o, Communicator& world) {
       g.ffn_gflops = flops / need(t, "ffn") / 1e9;
       g.ffn_backward_gflops = flops / need(t, "ffn_backward") / 1e9;
       g.weight_grads_gflops = flops / need(t, "weight_grads") / 1e9;
+      if (full > 1) {  // the whole step at the full pool against one thread, at this point
+        // Medians, as the validation measures steps; three alternations of the two (the machine's
+        // phases last seconds: one thread measured before the pool measures the phase, not the pool).
+        std::vector<double> one{t.step_s}, all;
+        for (int k = 0; k < 3; ++k) {
+          pool.resize(full);
+          all.push_back(time_layer(L, o.iters).step_s);
+          pool.resize(1);
+          if (k < 2) one.push_back(time_layer(L, o.iters).step_s);
+        }
+        g.pool_speedup = median(one) / median(all);
+        log("  pool of " + std::to_string(full) + " threads at T=" + std::to_string(L.T) + ": step " +
+            std::to_string(median(all) * 1e3) + " ms against " + std::to_string(median(one) * 1e3) +
+            " ms at one thread -> speedup " + std::to_string(g.pool_speedup));
+      }
       r.gemm.push_back(g);
       std::string ops;
       for (const auto& [k, v] : t.op_s) ops += " " + k + "=" + std::to_string(v * 1e3).substr(0, 6);
@@ -439,12 +452,7 @@ Rates calibrate(const CalibrateOptions& o, Communicator& world) {
       scalar["permute_backward"].push_back((R * D * b + T * D * 4) / need(t, "permute_backward") / 1e9);
       if (div != 1) continue;
       first = false;
-      if (full > 1) {  // the whole step at the full pool against one thread
-        pool.resize(full);
-        const StepTimes tf = time_layer(L, o.iters);
-        pool.resize(1);
-        r.pool_speedup = t.min_step_s / tf.min_step_s;
-      }
+      if (full > 1) r.pool_speedup = g.pool_speedup;  // the file's own: the first shape's full T
     }
   r.router_gflops = median(scalar["router"]);
   r.router_backward_gflops = median(scalar["router_backward"]);

@@ -38,17 +38,19 @@ GemmPoint Rates::ffn_at(DType dtype, int64_t D, int64_t F, double rows_per_exper
     r.ffn_gflops = a.ffn_gflops + w * (b.ffn_gflops - a.ffn_gflops);
     r.ffn_backward_gflops = a.ffn_backward_gflops + w * (b.ffn_backward_gflops - a.ffn_backward_gflops);
     r.weight_grads_gflops = a.weight_grads_gflops + w * (b.weight_grads_gflops - a.weight_grads_gflops);
+    r.pool_speedup = a.pool_speedup > 0 && b.pool_speedup > 0 ? a.pool_speedup + w * (b.pool_speedup - a.pool_speedup)
+                                                              : std::max(a.pool_speedup, b.pool_speedup);
     return r;
   }
   return pts.back();
 }
 
-double Rates::speed(double cores, int threads) const {
+double Rates::speed(double cores, int threads, const GemmPoint* at) const {
   const double c = std::min(cores, double(std::max(threads, 1)));
   if (c <= 1) return std::max(c, 1e-6);
+  const double speedup = at && at->pool_speedup > 0 ? at->pool_speedup : pool_speedup;
   // Clamped to [0, 1] per extra thread: a speedup below 1 (measured on a loaded machine) adds nothing.
-  const double per_thread =
-      pool_threads > 1 ? std::clamp((pool_speedup - 1) / (pool_threads - 1), 0.0, 1.0) : 1.0;
+  const double per_thread = pool_threads > 1 ? std::clamp((speedup - 1) / (pool_threads - 1), 0.0, 1.0) : 1.0;
   return 1 + (c - 1) * per_thread;
 }
 
@@ -120,7 +122,7 @@ std::string rates_json(const Rates& r) {
   j["pool_threads"] = r.pool_threads;
   j["pool_speedup"] = r.pool_speedup;
   j["gemm"] = nlohmann::json::array();
-  for (const GemmPoint& p : r.gemm)
+  for (const GemmPoint& p : r.gemm) {
     j["gemm"].push_back({{"dtype", dtype_name(p.dtype)},
                          {"D", p.D},
                          {"F", p.F},
@@ -128,6 +130,8 @@ std::string rates_json(const Rates& r) {
                          {"ffn_gflops", p.ffn_gflops},
                          {"ffn_backward_gflops", p.ffn_backward_gflops},
                          {"weight_grads_gflops", p.weight_grads_gflops}});
+    if (p.pool_speedup > 0) j["gemm"].back()["pool_speedup"] = p.pool_speedup;
+  }
   j["router_gflops"] = r.router_gflops;
   j["router_backward_gflops"] = r.router_backward_gflops;
   j["sort_ns_per_row"] = r.sort_ns_per_row;
@@ -184,6 +188,7 @@ GemmPoint parse_point(const nlohmann::json& p, const std::string& where) {
   g.ffn_gflops = positive(p, "ffn_gflops", where);
   g.ffn_backward_gflops = positive(p, "ffn_backward_gflops", where);
   g.weight_grads_gflops = positive(p, "weight_grads_gflops", where);
+  g.pool_speedup = p.contains("pool_speedup") ? positive(p, "pool_speedup", where) : 0.0;  // optional
   return g;
 }
 

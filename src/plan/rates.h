@@ -19,6 +19,9 @@ struct GemmPoint {
   double ffn_gflops = 0;           // forward: 6·R·D·F (3 GEMMs + activation)
   double ffn_backward_gflops = 0;  // input gradients: 6·R·D·F
   double weight_grads_gflops = 0;  // weight gradients: 6·R·D·F
+  // The whole step at Rates::pool_threads over one thread at this point (the median step of each,
+  // alternated); 0: not measured (Rates::pool_speedup stands in).
+  double pool_speedup = 0;
 };
 
 // What ranks sharing cores cost each collective (measured by `moe plan --calibrate` under
@@ -74,8 +77,9 @@ struct Rates {
   // dtype (else any dtype), interpolated in log(rows per expert), clamped at the ends.
   GemmPoint ffn_at(DType dtype, int64_t D, int64_t F, double rows_per_expert) const;
   // Relative speed of a rank with `cores` cores running `threads` pool threads: cores below 1 are
-  // time slices; above, each extra thread adds (pool_speedup-1)/(pool_threads-1).
-  double speed(double cores, int threads) const;
+  // time slices; above, each extra thread adds (speedup-1)/(pool_threads-1), speedup = `at`'s
+  // pool_speedup where it was measured, else the file's pool_speedup.
+  double speed(double cores, int threads, const GemmPoint* at = nullptr) const;
   // The collective's wait at `ranks_per_core` after `compute_s` of compute: linear in ranks per core
   // between the measured rows, from zero at 0 ranks per core up to the first, the last row beyond
   // the last; 0 when no row was measured. side_busy_at: the same for side_busy_s.

@@ -226,9 +226,6 @@ struct Step {
 Step make_step(const LayerShape& L, const Layout& lay, const Cluster& cl, const Rates& r, Sim& sim) {
   Step s{L, lay, cl, r, sim, 1, 2, 4, {}, {}, {}, {}, {}, {}, {}, 1, 1, 1, 1};
   const int threads = cl.threads > 0 ? cl.threads : std::max(1, int(std::floor(cl.cores_per_rank())));
-  // Ranks sharing cores also slow each other's compute (rates.h, Contention::compute_slowdown).
-  s.speed = r.speed(cl.cores_per_rank(), threads) /
-            r.compute_slowdown_at(cl.cores > 0 ? double(cl.ranks_per_host) / cl.cores : 0);
   s.b = double(dtype_size(L.dtype));
   s.wb = double(dtype_size(L.weight_dtype));
   s.intra = cl.intra.bw_Bps > 0 ? cl.intra : r.intra;
@@ -256,6 +253,11 @@ Step make_step(const LayerShape& L, const Layout& lay, const Cluster& cl, const 
   s.n = std::min<int64_t>(lay.chunks, L.T);
   s.Tc = L.T / s.n;
   s.Rc = s.Tc * L.K;
+  // The pool's speedup at the step's rows per expert; ranks sharing cores also slow each other's
+  // compute (rates.h, Contention::compute_slowdown).
+  const GemmPoint at = r.ffn_at(L.dtype, L.D, L.F, double(s.Rc) / double(s.El));
+  s.speed = r.speed(cl.cores_per_rank(), threads, &at) /
+            r.compute_slowdown_at(cl.cores > 0 ? double(cl.ranks_per_host) / cl.cores : 0);
   return s;
 }
 

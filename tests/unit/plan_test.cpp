@@ -4,6 +4,8 @@
 // ranking, and the rates file.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "moe/error.h"
 #include "plan/cluster.h"
 #include "plan/collectives.h"
@@ -443,6 +445,40 @@ TEST(PlanStep, MeasuredAllGatherBandwidthPricesTheGathersOnly) {
   const Rates back = parse_rates(rates_json(two), "mem");
   EXPECT_NEAR(back.ag_bw_at(1.5), 3e9, 1e-3);
   EXPECT_EQ(rates_json(with_ag(0)).find("ag_bw_gbps"), std::string::npos);  // not measured: not written
+}
+
+TEST(PlanRates, PoolSpeedupPerPointSetsTheSpeedAtTheStepsRows) {
+  // Two points of one shape at 1 and 100 rows per expert, the pool's speedup measured at each
+  // (1.2 and 2.0, pool_threads 2); the file's own 1.5 stands in where a point has none.
+  Rates r = round_rates();
+  r.pool_threads = 2, r.pool_speedup = 1.5;
+  r.gemm[0].pool_speedup = 1.2;
+  GemmPoint hi = r.gemm[0];
+  hi.rows_per_expert = 100, hi.pool_speedup = 2.0;
+  r.gemm.push_back(hi);
+  EXPECT_NEAR(r.speed(2, 2), 1.5, 1e-12);
+  const GemmPoint at10 = r.ffn_at(DType::bf16, 64, 32, 10);  // halfway in log(rows per expert)
+  EXPECT_NEAR(at10.pool_speedup, 1.6, 1e-12);
+  EXPECT_NEAR(r.speed(2, 2, &at10), 1.6, 1e-12);
+  GemmPoint none = r.gemm[0];
+  none.pool_speedup = 0;
+  EXPECT_NEAR(r.speed(2, 2, &none), 1.5, 1e-12);
+  EXPECT_NEAR(r.speed(0.5, 2, &at10), 0.5, 1e-12);  // below a core: time slices, whatever the pool
+  // One rank with 2 cores and 2 threads: small_layer's step (T 64, K 2, E 8: 16 rows per expert)
+  // runs at 1 + (s - 1) of one thread's speed, s interpolated at 16 rows: every op is compute.
+  Cluster one, two;
+  one.cores = 1, two.cores = 2, two.threads = 2;
+  const double s16 = 1.2 + 0.8 * std::log(16.0) / std::log(100.0);
+  EXPECT_NEAR(predict_step(small_layer(), Layout{}, one, r).step_s / predict_step(small_layer(), Layout{}, two, r).step_s,
+              s16, 1e-9);
+  // Files keep it per point; a point without it writes none and reads back 0.
+  r.gemm[0].pool_speedup = 0;
+  const std::string text = rates_json(r);
+  const Rates back = parse_rates(text, "mem");
+  ASSERT_EQ(back.gemm.size(), 2u);
+  EXPECT_DOUBLE_EQ(back.gemm[0].pool_speedup, 0.0);
+  EXPECT_DOUBLE_EQ(back.gemm[1].pool_speedup, 2.0);
+  EXPECT_EQ(text.find("\"pool_speedup\": 0"), std::string::npos);
 }
 
 TEST(PlanStep, SideBusyEndsWhenTheComputeThreadBlocksHandComputed) {
