@@ -261,6 +261,12 @@ Contention row(double rpc, std::vector<double> c, std::vector<double> w, double 
   return x;
 }
 
+// r with one more contention row (replacing a row at the same ranks per core).
+Rates with_row(Rates r, const Contention& c) {
+  r.set_contention(c);
+  return r;
+}
+
 TEST(PlanContention, WaitCurveAndRowsInterpolate) {
   const Contention one = row(1, {1e-3, 3e-3}, {100e-6, 500e-6});
   EXPECT_NEAR(one.wait_after(2e-3), 300e-6, 1e-15);    // halfway between the points
@@ -362,9 +368,7 @@ TEST(PlanStep, SideCpuFracStretchesComputeOverlappingSideOps) {
   auto with_frac = [&](double f) {
     Contention c = row(1, {0}, {0});
     c.side_cpu_frac = f;
-    Rates x = r;
-    x.set_contention(c);
-    return x;
+    return with_row(r, c);
   };
   const Prediction p0 = predict_step(small_layer(), l, cl, with_frac(0), steal);
   const Prediction p5 = predict_step(small_layer(), l, cl, with_frac(0.5), steal);
@@ -413,9 +417,7 @@ TEST(PlanStep, MeasuredAllGatherBandwidthPricesTheGathersOnly) {
   auto with_ag = [&](double bw) {
     Contention c = row(2, {0}, {0});
     c.ag_bw_Bps = bw;
-    Rates x = r;
-    x.set_contention(c);
-    return x;
+    return with_row(r, c);
   };
   const Prediction halved = predict_step(L, fsdp4, cl, with_ag(0));
   const Prediction measured = predict_step(L, fsdp4, cl, with_ag(2e9));
