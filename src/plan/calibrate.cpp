@@ -262,13 +262,8 @@ Contention contention_probe(const CalibrateOptions& o, Communicator& world, int 
   // one rank or the hosts differ in ranks: the model then halves the link per shared core.
   std::unique_ptr<Communicator> host = world.split_by_host(world.rank());
   const int H = host->size();
-  double hmin = H, hmax = H;
-  {
-    std::vector<double> all(size_t(W), 0.0);
-    world.all_gather(&hmin, all.data(), sizeof hmin);
-    hmin = *std::min_element(all.begin(), all.end()), hmax = *std::max_element(all.begin(), all.end());
-  }
-  if (hmin == hmax && H > 1) {
+  const bool same_on_every_host = max_over_ranks(H) == -max_over_ranks(-H);
+  if (same_on_every_host && H > 1) {
     const int64_t n = int64_t(8) << 20;
     std::vector<char> mine(size_t(n), 1), all(size_t(n) * size_t(H));
     std::vector<double> t;

@@ -101,7 +101,7 @@ double Rates::ag_bw_at(double rpc) const {
   for (const Contention& c : contention)
     if (c.ag_bw_Bps > 0) rows.push_back(c);
   if (rows.empty()) return 0;
-  if (rpc <= rows.front().ranks_per_core) return rows.front().ag_bw_Bps;
+  // From the first measured row's value at 0 ranks per core: flat up to that row.
   return over_rows(rows, rpc, [](const Contention& row) { return row.ag_bw_Bps; }, rows.front().ag_bw_Bps);
 }
 
