@@ -3,6 +3,7 @@
 // measured in the same run on the compute pool's thread count.
 //
 // Usage: gemm_bench [reps=5] [case-name filter] [T: tokens instead of the case's]
+// GEMM_BENCH_DTYPE=f32|bf16 runs the chosen cases in that dtype instead of their own.
 // The dense baseline computes in the dtype our active kernel level computes in
 // (src/bench/dense_baseline.h): a bf16 case has an f32 baseline below avx512_bf16.
 // Each row: our median ms and GFLOP/s, the dense baseline's,
@@ -178,6 +179,8 @@ int main(int argc, char** argv) {
   try {
     for (auto c : moe::bench::kCases) {
       if (tokens > 0) c.T = tokens;
+      if (const char* dt = std::getenv("GEMM_BENCH_DTYPE"))
+        c.dtype = std::strcmp(dt, "f32") == 0 ? moe::DType::f32 : moe::DType::bf16;
       if (std::strstr(c.name, filter)) moe::bench::bench_case(c, reps);
     }
   } catch (const moe::Error& e) {  // a bad MOE_GEMM_ISA, no oneDNN matmul at all

@@ -463,5 +463,45 @@ TEST_P(GroupedGemm, EmptyGroupGradientIsZero) {
   for (int64_t i = 70; i < 105; ++i) EXPECT_EQ(dr.get_f32(i), 0.0f);
 }
 
+
+// The levels that multiply bf16 as widened f32 with FMA (avx2, avx512) run
+// each element's chain in the same order, so they must agree bit for bit,
+// whatever their tiles or schedules: avx2 widens A ahead and runs its f32 tile
+// against widened weights (kWidenAhead, simd/gemm_impl.h), avx512 widens in
+// the tile (WidenStep). The cases: the shared ones (odd reductions, group
+// offsets, many small groups), plus the weight-slab schedule (few rows per
+// group, a long reduction), a group split into row blocks, and a widened A
+// larger than one chunk.
+TEST(GroupedGemmAcrossLevels, WideningLevelsAgreeBitForBit) {
+  for (Isa isa : {Isa::avx2, Isa::avx512})
+    if (!isa_supported(isa))
+      GTEST_SKIP() << "needs levels avx2 and avx512 (this CPU or build runs " << isa_list(isa_available()) << ")";
+  std::vector<Case> all = cases();
+  all.push_back({{7, 3, 3}, 8195, 130, 0, 3, 0});  // slabs: a long reduction, few rows per group
+  all.push_back({{5, 2}, 130, 8195, 0, 2, 1});     // slabs of gmm_dlhs (a long N)
+  all.push_back({{700, 3}, 65, 70, 0, 2, 0});      // a large group in row blocks
+  all.push_back({{600, 500, 3}, 8195, 24, 0, 3, 0});  // gmm's widened A in two chunks (kWideChunkBytes)
+  for (const Case& c : all)
+    for (DType out_t : {DType::bf16, DType::f32}) {
+      SCOPED_TRACE(::testing::Message() << "Kc " << c.Kc << " N " << c.N << " out " << dtype_name(out_t));
+      GroupLayout g = GroupLayout::from_sizes(c.sizes);
+      const int64_t M = rows_of(c, g);
+      Tensor lhs = random_tensor(DType::bf16, {M, c.Kc}, 51), dout = random_tensor(DType::bf16, {M, c.N}, 52);
+      Tensor rhs = random_tensor(DType::bf16, {c.n_local, c.Kc, c.N}, 53);
+      Tensor out[2], dl[2], dr[2];
+      for (int l = 0; l < 2; ++l) {
+        ScopedIsa scoped(l == 0 ? Isa::avx2 : Isa::avx512);
+        out[l] = random_tensor(out_t, {M, c.N}, 54), dl[l] = random_tensor(out_t, {M, c.Kc}, 55);
+        dr[l] = Tensor(DType::f32, {c.n_local, c.Kc, c.N});
+        gmm(lhs, rhs, g, c.goff, out[l]);
+        gmm_dlhs(dout, rhs, g, c.goff, dl[l]);
+        gmm_drhs(lhs, dout, g, c.goff, dr[l]);
+      }
+      EXPECT_TRUE(rows_bit_equal(out[0], 0, out[1], 0, M)) << "gmm";
+      EXPECT_TRUE(rows_bit_equal(dl[0], 0, dl[1], 0, M)) << "gmm_dlhs";
+      EXPECT_TRUE(rows_bit_equal(dr[0], 0, dr[1], 0, c.n_local)) << "gmm_drhs";
+    }
+}
+
 }  // namespace
 }  // namespace moe

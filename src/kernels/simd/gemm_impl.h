@@ -18,7 +18,10 @@
 // Packed B holds kB vector rows of NR = L * NV f32 (or word) columns per word:
 // F32Step one row (the weight row, copied), WidenStep two rows (rows k and
 // k+1 widened to f32, a zero row after an odd last one), DpStep one row of
-// interleaved bf16 pairs.
+// interleaved bf16 pairs. A level with kWidenAhead (avx2) runs bf16 as f32
+// instead: A widened once per call, the weights widened as they are packed,
+// and the f32 tile over both, one f32 word per element: WidenStep's products
+// and chain order, so its bits.
 #pragma once
 
 #include <algorithm>
@@ -39,7 +42,11 @@ namespace {
 #define MOE_INLINE inline __attribute__((always_inline))
 #define MOE_UNROLL _Pragma("GCC unroll 16")
 
-enum class Pack { copy, widen, pairs };
+// copy: f32 rows as they are; widen: bf16 rows widened to f32, in whole
+// words (a zero row after an odd count); widen_rows: the same, row by row
+// (no padding row: the widened weights of an f32 step); pairs: bf16 row pairs
+// interleaved into words.
+enum class Pack { copy, widen, widen_rows, pairs };
 
 // A reduction step supplies, for part b < kB of a word of A, the vector that
 // multiplies B's vector row b of that word (`operand`), and the multiply-add.
@@ -79,11 +86,15 @@ struct TileShape {
 };
 
 // A level: its vector traits and the tile shape of each input type.
-template <class Vec, class F32Shape, class Bf16Shape>
+// kWidenAhead: the forward and data-gradient GEMMs of bf16 widen their A
+// operand to f32 once per call and run the f32 tile against widened weights
+// (the same products in the same order: the bits of Bf16Shape's WidenStep).
+template <class Vec, class F32Shape, class Bf16Shape, bool WidenAhead = false>
 struct Level {
   using V = Vec;
   template <class T>
   using Shape = std::conditional_t<std::is_same_v<T, float>, F32Shape, Bf16Shape>;
+  static constexpr bool kWidenAhead = WidenAhead;
 };
 
 MOE_INLINE uint32_t load_word(const std::byte* p) {
@@ -265,7 +276,7 @@ inline const uint16_t* u16(const bf16* p) { return reinterpret_cast<const uint16
 // Output rows of pack_rows for `n` input rows.
 template <Pack K>
 constexpr int64_t packed_rows(int64_t n) {
-  return K == Pack::copy ? n : K == Pack::widen ? n + n % 2 : (n + 1) / 2;
+  return K == Pack::copy || K == Pack::widen_rows ? n : K == Pack::widen ? n + n % 2 : (n + 1) / 2;
 }
 
 // Columns [c0, c0 + nc) of rows [r0, r1) of src (row stride ld):
@@ -288,7 +299,7 @@ void pack_rows(const T* src, int64_t ld, int64_t r0, int64_t r1, int64_t c0, int
       if (n > 0 && r < r1) {
         if constexpr (K == Pack::copy) {
           w = V::words_n(a + j, n * 4);
-        } else if constexpr (K == Pack::widen) {
+        } else if constexpr (K == Pack::widen || K == Pack::widen_rows) {
           w = V::shl16(V::u16_n(u16(a + j), n));
         } else {
           w = V::u16_n(u16(a + j), n);
@@ -309,7 +320,8 @@ void pack_transposed(const T* src, int64_t ld, int64_t len, int64_t c0, int64_t 
                      int64_t W) {
   using I = typename V::I;
   constexpr int L = V::L;
-  const int64_t rows = K == Pack::widen ? packed_rows<K>(len) : (len * int64_t(sizeof(T)) + 3) / 4;
+  constexpr bool kWiden = K == Pack::widen || K == Pack::widen_rows;
+  const int64_t rows = kWiden ? packed_rows<K>(len) : (len * int64_t(sizeof(T)) + 3) / 4;
   const int64_t row_bytes = len * int64_t(sizeof(T));
   for (int64_t j = 0; j < W; j += L) {
     for (int64_t q = 0; q < rows; q += L) {
@@ -318,7 +330,7 @@ void pack_transposed(const T* src, int64_t ld, int64_t len, int64_t c0, int64_t 
         r[i] = V::zero_words();
         if (j + i >= nc) continue;
         const T* row = src + (c0 + j + i) * ld;
-        if constexpr (K == Pack::widen)
+        if constexpr (kWiden)
           r[i] = V::shl16(V::u16_n(u16(row) + q, len - q));
         else
           r[i] = V::words_n(reinterpret_cast<const std::byte*>(row) + 4 * q, row_bytes - 4 * q);
@@ -468,7 +480,7 @@ void slab_gemm(const T* A, int64_t lda, int64_t len, Out* out, int64_t ldc, int6
   constexpr int64_t NR = int64_t(V::L) * NV, kB = Step::kB;
   constexpr int64_t row_cap = (kSlabRows + MR - 1) / MR * MR;
   const int64_t panels = (n_out + NR - 1) / NR, P = words_of<T>(len);
-  const int64_t npan = std::clamp<int64_t>(kSlabRunBytes / (NR * int64_t(sizeof(T))), 1, panels);
+  const int64_t npan = std::clamp<int64_t>(kSlabRunBytes / (NR * Weights::kBytes), 1, panels);
   const int64_t kbw = std::clamp<int64_t>(kSlabBytes / (npan * kB * NR * 4), 1, P);
   const int64_t kblocks = (P + kbw - 1) / kbw, cblocks = (panels + npan - 1) / npan, ldp = npan * NR;
   const bool half = Step::kPerWord == 2 && len % 2 == 1;
@@ -578,49 +590,116 @@ void row_major_gemm(const T* A, int64_t lda, int64_t len, Out* out, int64_t ldc,
   });
 }
 
+// gmm's B: rhs[g] [Kc, N] row-major, packed by K; a word holds kPer weight rows.
+template <class V, Pack K, int64_t kPer, class T>
+struct RowWeights {
+  static constexpr int64_t kBytes = sizeof(T);  // bytes of a weight element
+  const T* W;
+  int64_t Kc, N;
+  RowWeights from_group(int64_t g) const { return {W + g * Kc * N, Kc, N}; }  // groups g.. as 0..
+  // Words [w0, w1) of columns [c0, c0 + nc): weight rows [w0 * kPer, w1 * kPer).
+  void pack(int64_t lg, int64_t c0, int64_t nc, int64_t w0, int64_t w1, uint32_t* dst, int64_t NR) const {
+    pack_rows<V, K>(W + lg * Kc * N, N, w0 * kPer, std::min(Kc, w1 * kPer), c0, nc, dst, NR, NR);
+  }
+  Region region(int64_t lg, int64_t c0, int64_t c1, int64_t w0, int64_t w1) const {
+    return {reinterpret_cast<const std::byte*>(W + (lg * Kc + w0 * kPer) * N + c0), ptrdiff_t(N * sizeof(T)),
+            std::min(Kc, w1 * kPer) - w0 * kPer, int64_t((c1 - c0) * sizeof(T))};
+  }
+};
+
+// dlhs's B: rhs[g] [Kc, N] read transposed in place, panel by panel; a word holds kPer weight columns.
+template <class V, Pack K, int64_t kPer, class T>
+struct TransposedWeights {
+  static constexpr int64_t kBytes = sizeof(T);
+  const T* W;
+  int64_t Kc, N;
+  TransposedWeights from_group(int64_t g) const { return {W + g * Kc * N, Kc, N}; }  // groups g.. as 0..
+  // Words [w0, w1) of output columns [c0, c0 + nc): weight rows c0.., columns [w0 * kPer, w1 * kPer).
+  void pack(int64_t lg, int64_t c0, int64_t nc, int64_t w0, int64_t w1, uint32_t* dst, int64_t NR) const {
+    pack_transposed<V, K>(W + lg * Kc * N + w0 * kPer, N, std::min(N, w1 * kPer) - w0 * kPer, c0, nc, dst, NR, NR);
+  }
+  Region region(int64_t lg, int64_t c0, int64_t c1, int64_t w0, int64_t w1) const {
+    return {reinterpret_cast<const std::byte*>(W + (lg * Kc + c0) * N + w0 * kPer), ptrdiff_t(N * sizeof(T)),
+            c1 - c0, int64_t((std::min(N, w1 * kPer) - w0 * kPer) * sizeof(T))};
+  }
+};
+
+// Rows [0, rows) of a bf16 matrix (row stride ld, `len` elements a row)
+// widened exactly to f32 into dst [rows, len].
+template <class V>
+void widen_rows(const bf16* src, int64_t ld, int64_t rows, int64_t len, float* dst) {
+  parallel_for(rows, 8, [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      const uint16_t* in = u16(src + r * ld);
+      uint32_t* o = reinterpret_cast<uint32_t*>(dst + r * len);
+      int64_t j = 0;
+      for (; j + V::L <= len; j += V::L) V::store_words(o + j, V::shl16(V::u16_n(in + j, V::L)));
+      for (; j < len; ++j) o[j] = uint32_t(in[j]) << 16;
+    }
+  });
+}
+
+// Widened bytes of A per chunk of whole groups (a group larger than this is a
+// chunk of its own): the copy's memory stays bounded whatever the call's rows.
+constexpr int64_t kWideChunkBytes = int64_t(32) << 20;
+
+// A bf16 GEMM of a kWidenAhead level: A (rows of groups [goff, goff + n_local),
+// `len` elements a row) widened to f32, a chunk of whole groups at a time,
+// then the f32 tile against the weights packed widened row by row (`wide`
+// builds that weight view). Each product and each addition is the one
+// WidenStep makes, in the same order, so the bits are the same; the tile loses
+// WidenStep's shift or mask per operand. The widened copy comes from the
+// engine's allocator: a cached block the next call takes again with its pages
+// resident.
+template <class Lv, class Out, class Weights>
+void widened_gemm(const bf16* A, int64_t lda, int64_t len, Out* out, int64_t ldc, int64_t n_out,
+                  const GroupLayout& groups, int64_t goff, int64_t n_local, const Weights& wide) {
+  using V = typename Lv::V;
+  Words buf(Words::From::engine);
+  for (int64_t g0 = 0; g0 < n_local;) {
+    int64_t g1 = g0 + 1;
+    const int64_t first = groups.offsets[size_t(goff + g0)];
+    while (g1 < n_local && (groups.offsets[size_t(goff + g1 + 1)] - first) * len * 4 <= kWideChunkBytes) ++g1;
+    const int64_t rows = groups.offsets[size_t(goff + g1)] - first;
+    const GroupLayout local = GroupLayout::from_sizes(
+        std::vector<int64_t>(groups.sizes.begin() + goff + g0, groups.sizes.begin() + goff + g1));
+    float* aw = reinterpret_cast<float*>(buf.get(size_t(std::max<int64_t>(rows * len, 1))));
+    widen_rows<V>(A + first * lda, lda, rows, len, aw);
+    const Weights w = wide.from_group(g0);
+    row_major_gemm<V, typename Lv::template Shape<float>>(aw, len, len, out + first * ldc, ldc, n_out, local, 0,
+                                                           g1 - g0, w);
+    g0 = g1;
+  }
+}
+
 // out[M, N] = lhs[M, Kc] @ rhs[g]  (rhs [n_local, Kc, N])
 template <class Lv, class T, class Out>
 void gmm_typed(const Tensor& lhs, const Tensor& rhs, const GroupLayout& groups, int64_t goff, Tensor& out) {
   using V = typename Lv::V;
-  using S = typename Lv::template Shape<T>;
+  using Step = typename Lv::template Shape<T>::Step;
   const int64_t Kc = lhs.dim(1), N = rhs.dim(2), n_local = rhs.dim(0);
-  constexpr int64_t kPer = S::Step::kPerWord;  // weight rows per word
-  struct {
-    const T* W;
-    int64_t Kc, N;
-    // Words [w0, w1) of columns [c0, c0 + nc): weight rows [w0 * kPer, w1 * kPer).
-    void pack(int64_t lg, int64_t c0, int64_t nc, int64_t w0, int64_t w1, uint32_t* dst, int64_t NR) const {
-      pack_rows<V, S::Step::kPack>(W + lg * Kc * N, N, w0 * kPer, std::min(Kc, w1 * kPer), c0, nc, dst, NR, NR);
-    }
-    Region region(int64_t lg, int64_t c0, int64_t c1, int64_t w0, int64_t w1) const {
-      return {reinterpret_cast<const std::byte*>(W + (lg * Kc + w0 * kPer) * N + c0), ptrdiff_t(N * sizeof(T)),
-              std::min(Kc, w1 * kPer) - w0 * kPer, int64_t((c1 - c0) * sizeof(T))};
-    }
-  } w{rhs.data<T>(), Kc, N};
-  row_major_gemm<V, S>(lhs.data<T>(), Kc, Kc, out.data<Out>(), N, N, groups, goff, n_local, w);
+  if constexpr (std::is_same_v<T, bf16> && Lv::kWidenAhead) {
+    const RowWeights<V, Pack::widen_rows, 1, bf16> w{rhs.data<bf16>(), Kc, N};
+    return widened_gemm<Lv>(lhs.data<bf16>(), Kc, Kc, out.data<Out>(), N, N, groups, goff, n_local, w);
+  }
+  const RowWeights<V, Step::kPack, Step::kPerWord, T> w{rhs.data<T>(), Kc, N};
+  row_major_gemm<V, typename Lv::template Shape<T>>(lhs.data<T>(), Kc, Kc, out.data<Out>(), N, N, groups, goff,
+                                                    n_local, w);
 }
 
 // dlhs[M, Kc] = dout[M, N] @ rhs[g]^T  (rhs [n_local, Kc, N] read transposed in place, panel by panel)
 template <class Lv, class T, class Out>
 void dlhs_typed(const Tensor& dout, const Tensor& rhs, const GroupLayout& groups, int64_t goff, Tensor& dlhs) {
   using V = typename Lv::V;
-  using S = typename Lv::template Shape<T>;
+  using Step = typename Lv::template Shape<T>::Step;
   const int64_t Kc = rhs.dim(1), N = rhs.dim(2), n_local = rhs.dim(0);
-  constexpr int64_t kPer = S::Step::kPerWord;  // weight columns per word
-  struct {
-    const T* W;
-    int64_t Kc, N;
-    // Words [w0, w1) of output columns [c0, c0 + nc): weight rows c0.., columns [w0 * kPer, w1 * kPer).
-    void pack(int64_t lg, int64_t c0, int64_t nc, int64_t w0, int64_t w1, uint32_t* dst, int64_t NR) const {
-      pack_transposed<V, S::Step::kPack>(W + lg * Kc * N + w0 * kPer, N, std::min(N, w1 * kPer) - w0 * kPer, c0,
-                                         nc, dst, NR, NR);
-    }
-    Region region(int64_t lg, int64_t c0, int64_t c1, int64_t w0, int64_t w1) const {
-      return {reinterpret_cast<const std::byte*>(W + (lg * Kc + c0) * N + w0 * kPer), ptrdiff_t(N * sizeof(T)),
-              c1 - c0, int64_t((std::min(N, w1 * kPer) - w0 * kPer) * sizeof(T))};
-    }
-  } w{rhs.data<T>(), Kc, N};
-  row_major_gemm<V, S>(dout.data<T>(), N, N, dlhs.data<Out>(), Kc, Kc, groups, goff, n_local, w);
+  if constexpr (std::is_same_v<T, bf16> && Lv::kWidenAhead) {
+    const TransposedWeights<V, Pack::widen_rows, 1, bf16> w{rhs.data<bf16>(), Kc, N};
+    return widened_gemm<Lv>(dout.data<bf16>(), N, N, dlhs.data<Out>(), Kc, Kc, groups, goff, n_local, w);
+  }
+  const TransposedWeights<V, Step::kPack, Step::kPerWord, T> w{rhs.data<T>(), Kc, N};
+  row_major_gemm<V, typename Lv::template Shape<T>>(dout.data<T>(), N, N, dlhs.data<Out>(), Kc, Kc, groups, goff,
+                                                    n_local, w);
 }
 
 // ---- Weight gradient -----------------------------------------------------------
@@ -637,15 +716,20 @@ void dlhs_typed(const Tensor& dout, const Tensor& rhs, const GroupLayout& groups
 //    group), packing and tiles both parallel; a block's tiles continue the f32
 //    sums the previous block stored (Tile's `accumulate`), so the chains and
 //    their bits are those of one pass, while a block's packed operands stay in L2.
-template <class Lv, class T>
+//
+// kWide (bf16 at a kWidenAhead level): both operands are packed widened to f32
+// row by row and the f32 tile runs over them: one f32 word per row, the
+// products and the order of WidenStep's chain, so the same bits.
+template <class Lv, class T, bool kWide = std::is_same_v<T, bf16> && Lv::kWidenAhead>
 struct DrhsGroup {
   using V = typename Lv::V;
-  using S = typename Lv::template Shape<T>;
+  using S = typename Lv::template Shape<std::conditional_t<kWide, float, T>>;
   using Step = typename S::Step;
   static constexpr int64_t NR = int64_t(V::L) * S::NV, KB = 8 * S::MR;
   // lhs^T is packed per block of KB output rows (lhs columns): f32 copied,
-  // bf16 as row pairs (a widening step widens its words as it reads them).
-  static constexpr Pack kAPack = std::is_same_v<T, bf16> ? Pack::pairs : Pack::copy;
+  // bf16 as row pairs (a widening step widens its words as it reads them) or widened.
+  static constexpr Pack kAPack = kWide ? Pack::widen_rows : std::is_same_v<T, bf16> ? Pack::pairs : Pack::copy;
+  static constexpr Pack kBPack = kWide ? Pack::widen_rows : Step::kPack;
   const T *Lm, *D;
   float* G;  // [Kc, N] of this group
   int64_t Kc, N, r0, r1;
@@ -653,7 +737,7 @@ struct DrhsGroup {
   bool stream = false;      // non-temporal output stores (the whole gradient is larger than the caches)
   bool accumulate = false;  // rows [r0, r1) continue the sums of the group's earlier rows, stored in G
 
-  int64_t P() const { return words_of<T>(r1 - r0); }
+  int64_t P() const { return kWide ? r1 - r0 : words_of<T>(r1 - r0); }
   int64_t panel_words() const { return P() * Step::kB * NR; }
   int64_t panels() const { return (N + NR - 1) / NR; }
   int64_t kblocks() const { return (Kc + KB - 1) / KB; }
@@ -669,7 +753,7 @@ struct DrhsGroup {
         pack_rows<V, kAPack>(Lm, Kc, r0, r1, c0, std::min(KB, Kc - c0), ap + j * P() * KB, KB, KB);
       } else {
         const int64_t pi = j - a_jobs(), c0 = pi * NR;
-        pack_rows<V, Step::kPack>(D, N, r0, r1, c0, std::min<int64_t>(NR, N - c0), bp + pi * panel_words(), NR, NR);
+        pack_rows<V, kBPack>(D, N, r0, r1, c0, std::min<int64_t>(NR, N - c0), bp + pi * panel_words(), NR, NR);
       }
     }
   }
@@ -708,11 +792,11 @@ struct DrhsGroup {
 // DRAM traffic (many-experts up.drhs: 512 MB of f32).
 constexpr size_t kStreamBytes = size_t(64) << 20;
 
-template <class Lv, class T>
-DrhsGroup<Lv, T> group_of(const Tensor& lhs, const Tensor& dout, const GroupLayout& groups, int64_t goff,
-                          Tensor& drhs, int64_t lg) {
+template <class Lv, class T, bool kWide>
+DrhsGroup<Lv, T, kWide> group_of(const Tensor& lhs, const Tensor& dout, const GroupLayout& groups, int64_t goff,
+                                 Tensor& drhs, int64_t lg) {
   const int64_t Kc = lhs.dim(1), N = dout.dim(1);
-  DrhsGroup<Lv, T> g{lhs.data<T>(), dout.data<T>(), drhs.data<float>() + lg * Kc * N, Kc, N,
+  DrhsGroup<Lv, T, kWide> g{lhs.data<T>(), dout.data<T>(), drhs.data<float>() + lg * Kc * N, Kc, N,
                      groups.offsets[size_t(goff + lg)], groups.offsets[size_t(goff + lg + 1)]};
   g.stream = Lv::V::kStreamAlign == 64 && drhs.nbytes() >= kStreamBytes;
   return g;
@@ -751,7 +835,7 @@ inline int64_t block_rows(int64_t rows) {
   return per + per % 2;
 }
 
-template <class Lv, class T>
+template <class Lv, class T, bool kWide = std::is_same_v<T, bf16> && Lv::kWidenAhead>
 void drhs_typed(const Tensor& lhs, const Tensor& dout, const GroupLayout& groups, int64_t goff, Tensor& drhs) {
   using V = typename Lv::V;
   const int64_t n_local = drhs.dim(0);
@@ -761,7 +845,7 @@ void drhs_typed(const Tensor& lhs, const Tensor& dout, const GroupLayout& groups
   if (n_local >= 4 * ThreadPool::compute().size() && small_bytes <= kSmallGroupBytes) {
     parallel_for(n_local, 1, [&](int64_t b, int64_t e) {
       for (int64_t lg = b; lg < e; ++lg) {
-        DrhsGroup<Lv, T> g = group_of<Lv, T>(lhs, dout, groups, goff, drhs, lg);
+        DrhsGroup<Lv, T, kWide> g = group_of<Lv, T, kWide>(lhs, dout, groups, goff, drhs, lg);
         if (g.r0 == g.r1) {
           zero_gradient<V>(g.G, g.Kc * g.N, g.stream);
           continue;
@@ -777,17 +861,17 @@ void drhs_typed(const Tensor& lhs, const Tensor& dout, const GroupLayout& groups
   // and their zero gradients are most of the bytes written).
   parallel_for(n_local, 1, [&](int64_t b, int64_t e) {
     for (int64_t lg = b; lg < e; ++lg) {
-      const DrhsGroup<Lv, T> g = group_of<Lv, T>(lhs, dout, groups, goff, drhs, lg);
+      const DrhsGroup<Lv, T, kWide> g = group_of<Lv, T, kWide>(lhs, dout, groups, goff, drhs, lg);
       if (g.r0 == g.r1) zero_gradient<V>(g.G, g.Kc * g.N, g.stream);
     }
   });
   Words apack(Words::From::engine), bpack(Words::From::engine);
   for (int64_t lg = 0; lg < n_local; ++lg) {
-    const DrhsGroup<Lv, T> whole = group_of<Lv, T>(lhs, dout, groups, goff, drhs, lg);
+    const DrhsGroup<Lv, T, kWide> whole = group_of<Lv, T, kWide>(lhs, dout, groups, goff, drhs, lg);
     if (whole.r0 == whole.r1) continue;
     const int64_t step = block_rows(whole.r1 - whole.r0);
     for (int64_t b0 = whole.r0; b0 < whole.r1; b0 += step) {
-      DrhsGroup<Lv, T> g = whole;
+      DrhsGroup<Lv, T, kWide> g = whole;
       g.r0 = b0, g.r1 = std::min(whole.r1, b0 + step);
       g.accumulate = b0 > whole.r0;
       g.stream = whole.stream && g.r1 == whole.r1;  // only the last block's stores are final

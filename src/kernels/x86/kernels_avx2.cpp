@@ -1,5 +1,6 @@
 // The avx2 level (AVX2 + FMA, 8 f32 lanes, 16 registers): f32 tiles of 6 x 16
-// with FMA; bf16 widened to f32 (WidenStep) on tiles of 5 x 16.
+// with FMA; bf16 widened to f32 ahead (A once per call, the weights as they are
+// packed) and run on the f32 tile (kWidenAhead).
 #include "kernels/x86/kernel_headers.h"
 
 #include "kernels/x86/target_avx2.h"
@@ -12,9 +13,11 @@
 namespace moe::x86 {
 namespace {
 using namespace simd;
-// f32: 6 x 2 vectors (12 accumulators of the 16 ymm registers). Widened bf16: 5 x 2 (10
-// accumulators + 2 B vectors + the operand and the high-half mask; 6 rows spill accumulators).
-using LevelAvx2 = Level<Avx2, TileShape<F32Step<Avx2>, 6, 2>, TileShape<WidenStep<Avx2>, 5, 2>>;
+// f32: 6 x 2 vectors (12 accumulators of the 16 ymm registers). bf16 widens ahead to use it: the
+// in-tile widening (WidenStep, 5 x 2: 10 accumulators + 2 B vectors + the operand and the
+// high-half mask) ran 1.00-1.23x slower per op (docs/benchmarks.md, 2026-12-03); it stays the
+// shape of the bf16 tiles nothing calls at this level.
+using LevelAvx2 = Level<Avx2, TileShape<F32Step<Avx2>, 6, 2>, TileShape<WidenStep<Avx2>, 5, 2>, true>;
 }  // namespace
 
 const kernels::Table& table_avx2() {
