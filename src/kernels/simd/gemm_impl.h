@@ -676,30 +676,32 @@ void widened_gemm(const bf16* A, int64_t lda, int64_t len, Out* out, int64_t ldc
 template <class Lv, class T, class Out>
 void gmm_typed(const Tensor& lhs, const Tensor& rhs, const GroupLayout& groups, int64_t goff, Tensor& out) {
   using V = typename Lv::V;
-  using Step = typename Lv::template Shape<T>::Step;
   const int64_t Kc = lhs.dim(1), N = rhs.dim(2), n_local = rhs.dim(0);
   if constexpr (std::is_same_v<T, bf16> && Lv::kWidenAhead) {
     const RowWeights<V, Pack::widen_rows, 1, bf16> w{rhs.data<bf16>(), Kc, N};
-    return widened_gemm<Lv>(lhs.data<bf16>(), Kc, Kc, out.data<Out>(), N, N, groups, goff, n_local, w);
+    widened_gemm<Lv>(lhs.data<bf16>(), Kc, Kc, out.data<Out>(), N, N, groups, goff, n_local, w);
+  } else {
+    using Step = typename Lv::template Shape<T>::Step;
+    const RowWeights<V, Step::kPack, Step::kPerWord, T> w{rhs.data<T>(), Kc, N};
+    row_major_gemm<V, typename Lv::template Shape<T>>(lhs.data<T>(), Kc, Kc, out.data<Out>(), N, N, groups, goff,
+                                                      n_local, w);
   }
-  const RowWeights<V, Step::kPack, Step::kPerWord, T> w{rhs.data<T>(), Kc, N};
-  row_major_gemm<V, typename Lv::template Shape<T>>(lhs.data<T>(), Kc, Kc, out.data<Out>(), N, N, groups, goff,
-                                                    n_local, w);
 }
 
 // dlhs[M, Kc] = dout[M, N] @ rhs[g]^T  (rhs [n_local, Kc, N] read transposed in place, panel by panel)
 template <class Lv, class T, class Out>
 void dlhs_typed(const Tensor& dout, const Tensor& rhs, const GroupLayout& groups, int64_t goff, Tensor& dlhs) {
   using V = typename Lv::V;
-  using Step = typename Lv::template Shape<T>::Step;
   const int64_t Kc = rhs.dim(1), N = rhs.dim(2), n_local = rhs.dim(0);
   if constexpr (std::is_same_v<T, bf16> && Lv::kWidenAhead) {
     const TransposedWeights<V, Pack::widen_rows, 1, bf16> w{rhs.data<bf16>(), Kc, N};
-    return widened_gemm<Lv>(dout.data<bf16>(), N, N, dlhs.data<Out>(), Kc, Kc, groups, goff, n_local, w);
+    widened_gemm<Lv>(dout.data<bf16>(), N, N, dlhs.data<Out>(), Kc, Kc, groups, goff, n_local, w);
+  } else {
+    using Step = typename Lv::template Shape<T>::Step;
+    const TransposedWeights<V, Step::kPack, Step::kPerWord, T> w{rhs.data<T>(), Kc, N};
+    row_major_gemm<V, typename Lv::template Shape<T>>(dout.data<T>(), N, N, dlhs.data<Out>(), Kc, Kc, groups, goff,
+                                                      n_local, w);
   }
-  const TransposedWeights<V, Step::kPack, Step::kPerWord, T> w{rhs.data<T>(), Kc, N};
-  row_major_gemm<V, typename Lv::template Shape<T>>(dout.data<T>(), N, N, dlhs.data<Out>(), Kc, Kc, groups, goff,
-                                                    n_local, w);
 }
 
 // ---- Weight gradient -----------------------------------------------------------

@@ -15,8 +15,8 @@ namespace {
 using namespace simd;
 // f32: 6 x 2 vectors (12 accumulators of the 16 ymm registers). bf16 widens ahead to use it: the
 // in-tile widening (WidenStep, 5 x 2: 10 accumulators + 2 B vectors + the operand and the
-// high-half mask) ran 1.00-1.23x slower per op (docs/benchmarks.md, 2026-12-03); it stays the
-// shape of the bf16 tiles nothing calls at this level.
+// high-half mask) took 0.95-1.23x the time per op, 1.05 by the median (docs/benchmarks.md,
+// 2026-12-03). The bf16 shape stays for the level's template; no call reaches it.
 using LevelAvx2 = Level<Avx2, TileShape<F32Step<Avx2>, 6, 2>, TileShape<WidenStep<Avx2>, 5, 2>, true>;
 }  // namespace
 
