@@ -97,6 +97,10 @@ struct Level {
   static constexpr bool kWidenAhead = WidenAhead;
 };
 
+// Whether inputs of type T run widened ahead at level Lv (bf16 at a kWidenAhead level).
+template <class Lv, class T>
+constexpr bool kWidened = std::is_same_v<T, bf16> && Lv::kWidenAhead;
+
 MOE_INLINE uint32_t load_word(const std::byte* p) {
   uint32_t w;
   std::memcpy(&w, p, 4);
@@ -624,21 +628,6 @@ struct TransposedWeights {
   }
 };
 
-// Rows [0, rows) of a bf16 matrix (row stride ld, `len` elements a row)
-// widened exactly to f32 into dst [rows, len].
-template <class V>
-void widen_rows(const bf16* src, int64_t ld, int64_t rows, int64_t len, float* dst) {
-  parallel_for(rows, 8, [&](int64_t b, int64_t e) {
-    for (int64_t r = b; r < e; ++r) {
-      const uint16_t* in = u16(src + r * ld);
-      uint32_t* o = reinterpret_cast<uint32_t*>(dst + r * len);
-      int64_t j = 0;
-      for (; j + V::L <= len; j += V::L) V::store_words(o + j, V::shl16(V::u16_n(in + j, V::L)));
-      for (; j < len; ++j) o[j] = uint32_t(in[j]) << 16;
-    }
-  });
-}
-
 // Widened bytes of A per chunk of whole groups (a group larger than this is a
 // chunk of its own): the copy's memory stays bounded whatever the call's rows.
 constexpr int64_t kWideChunkBytes = int64_t(32) << 20;
@@ -655,53 +644,57 @@ template <class Lv, class Out, class Weights>
 void widened_gemm(const bf16* A, int64_t lda, int64_t len, Out* out, int64_t ldc, int64_t n_out,
                   const GroupLayout& groups, int64_t goff, int64_t n_local, const Weights& wide) {
   using V = typename Lv::V;
+  const int64_t ldw = (len + V::L - 1) / V::L * V::L;  // widened rows, zero-padded to whole vectors
   Words buf(Words::From::engine);
   for (int64_t g0 = 0; g0 < n_local;) {
     int64_t g1 = g0 + 1;
     const int64_t first = groups.offsets[size_t(goff + g0)];
-    while (g1 < n_local && (groups.offsets[size_t(goff + g1 + 1)] - first) * len * 4 <= kWideChunkBytes) ++g1;
+    while (g1 < n_local && (groups.offsets[size_t(goff + g1 + 1)] - first) * ldw * 4 <= kWideChunkBytes) ++g1;
     const int64_t rows = groups.offsets[size_t(goff + g1)] - first;
     const GroupLayout local = GroupLayout::from_sizes(
         std::vector<int64_t>(groups.sizes.begin() + goff + g0, groups.sizes.begin() + goff + g1));
-    float* aw = reinterpret_cast<float*>(buf.get(size_t(std::max<int64_t>(rows * len, 1))));
-    widen_rows<V>(A + first * lda, lda, rows, len, aw);
-    const Weights w = wide.from_group(g0);
-    row_major_gemm<V, typename Lv::template Shape<float>>(aw, len, len, out + first * ldc, ldc, n_out, local, 0,
-                                                           g1 - g0, w);
+    uint32_t* aw = buf.get(size_t(std::max<int64_t>(rows * ldw, 1)));
+    parallel_for(rows, 8, [&](int64_t r0, int64_t r1) {
+      pack_rows<V, Pack::widen_rows>(A + first * lda, lda, r0, r1, 0, len, aw + r0 * ldw, ldw, ldw);
+    });
+    row_major_gemm<V, typename Lv::template Shape<float>>(reinterpret_cast<const float*>(aw), ldw, len,
+                                                           out + first * ldc, ldc, n_out, local, 0, g1 - g0,
+                                                           wide.from_group(g0));
     g0 = g1;
+  }
+}
+
+// A GEMM against each group's weights rhs[g] [Kc, N], viewed by Weights
+// (RowWeights or TransposedWeights): A [rows, len] read in place, or widened
+// ahead at a kWidenAhead level.
+template <class Lv, template <class, Pack, int64_t, class> class Weights, class T, class Out>
+void weights_gemm(const T* A, int64_t len, const T* rhs, int64_t Kc, int64_t N, Out* out, int64_t n_out,
+                  const GroupLayout& groups, int64_t goff, int64_t n_local) {
+  using V = typename Lv::V;
+  if constexpr (kWidened<Lv, T>) {
+    const Weights<V, Pack::widen_rows, 1, bf16> w{rhs, Kc, N};
+    widened_gemm<Lv>(A, len, len, out, n_out, n_out, groups, goff, n_local, w);
+  } else {
+    using Step = typename Lv::template Shape<T>::Step;
+    const Weights<V, Step::kPack, Step::kPerWord, T> w{rhs, Kc, N};
+    row_major_gemm<V, typename Lv::template Shape<T>>(A, len, len, out, n_out, n_out, groups, goff, n_local, w);
   }
 }
 
 // out[M, N] = lhs[M, Kc] @ rhs[g]  (rhs [n_local, Kc, N])
 template <class Lv, class T, class Out>
 void gmm_typed(const Tensor& lhs, const Tensor& rhs, const GroupLayout& groups, int64_t goff, Tensor& out) {
-  using V = typename Lv::V;
-  const int64_t Kc = lhs.dim(1), N = rhs.dim(2), n_local = rhs.dim(0);
-  if constexpr (std::is_same_v<T, bf16> && Lv::kWidenAhead) {
-    const RowWeights<V, Pack::widen_rows, 1, bf16> w{rhs.data<bf16>(), Kc, N};
-    widened_gemm<Lv>(lhs.data<bf16>(), Kc, Kc, out.data<Out>(), N, N, groups, goff, n_local, w);
-  } else {
-    using Step = typename Lv::template Shape<T>::Step;
-    const RowWeights<V, Step::kPack, Step::kPerWord, T> w{rhs.data<T>(), Kc, N};
-    row_major_gemm<V, typename Lv::template Shape<T>>(lhs.data<T>(), Kc, Kc, out.data<Out>(), N, N, groups, goff,
-                                                      n_local, w);
-  }
+  const int64_t Kc = lhs.dim(1), N = rhs.dim(2);
+  weights_gemm<Lv, RowWeights>(lhs.data<T>(), Kc, rhs.data<T>(), Kc, N, out.data<Out>(), N, groups, goff,
+                               rhs.dim(0));
 }
 
 // dlhs[M, Kc] = dout[M, N] @ rhs[g]^T  (rhs [n_local, Kc, N] read transposed in place, panel by panel)
 template <class Lv, class T, class Out>
 void dlhs_typed(const Tensor& dout, const Tensor& rhs, const GroupLayout& groups, int64_t goff, Tensor& dlhs) {
-  using V = typename Lv::V;
-  const int64_t Kc = rhs.dim(1), N = rhs.dim(2), n_local = rhs.dim(0);
-  if constexpr (std::is_same_v<T, bf16> && Lv::kWidenAhead) {
-    const TransposedWeights<V, Pack::widen_rows, 1, bf16> w{rhs.data<bf16>(), Kc, N};
-    widened_gemm<Lv>(dout.data<bf16>(), N, N, dlhs.data<Out>(), Kc, Kc, groups, goff, n_local, w);
-  } else {
-    using Step = typename Lv::template Shape<T>::Step;
-    const TransposedWeights<V, Step::kPack, Step::kPerWord, T> w{rhs.data<T>(), Kc, N};
-    row_major_gemm<V, typename Lv::template Shape<T>>(dout.data<T>(), N, N, dlhs.data<Out>(), Kc, Kc, groups, goff,
-                                                      n_local, w);
-  }
+  const int64_t Kc = rhs.dim(1), N = rhs.dim(2);
+  weights_gemm<Lv, TransposedWeights>(dout.data<T>(), N, rhs.data<T>(), Kc, N, dlhs.data<Out>(), Kc, groups, goff,
+                                      rhs.dim(0));
 }
 
 // ---- Weight gradient -----------------------------------------------------------
@@ -722,7 +715,7 @@ void dlhs_typed(const Tensor& dout, const Tensor& rhs, const GroupLayout& groups
 // kWide (bf16 at a kWidenAhead level): both operands are packed widened to f32
 // row by row and the f32 tile runs over them: one f32 word per row, the
 // products and the order of WidenStep's chain, so the same bits.
-template <class Lv, class T, bool kWide = std::is_same_v<T, bf16> && Lv::kWidenAhead>
+template <class Lv, class T, bool kWide = kWidened<Lv, T>>
 struct DrhsGroup {
   using V = typename Lv::V;
   using S = typename Lv::template Shape<std::conditional_t<kWide, float, T>>;
@@ -837,7 +830,7 @@ inline int64_t block_rows(int64_t rows) {
   return per + per % 2;
 }
 
-template <class Lv, class T, bool kWide = std::is_same_v<T, bf16> && Lv::kWidenAhead>
+template <class Lv, class T, bool kWide = kWidened<Lv, T>>
 void drhs_typed(const Tensor& lhs, const Tensor& dout, const GroupLayout& groups, int64_t goff, Tensor& drhs) {
   using V = typename Lv::V;
   const int64_t n_local = drhs.dim(0);
