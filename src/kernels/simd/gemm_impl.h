@@ -29,6 +29,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <type_traits>
 #include <vector>
 
@@ -89,12 +90,16 @@ struct TileShape {
 // kWidenAhead: the forward and data-gradient GEMMs of bf16 widen their A
 // operand to f32 once per call and run the f32 tile against widened weights
 // (the same products in the same order: the bits of Bf16Shape's WidenStep).
-template <class Vec, class F32Shape, class Bf16Shape, bool WidenAhead = false>
+// kPrefetchBelowRows: a panel task of fewer rows than this prefetches the
+// weights the next task packs (row_major_gemm); a longer one does not.
+template <class Vec, class F32Shape, class Bf16Shape, bool WidenAhead = false,
+          int64_t PrefetchBelowRows = std::numeric_limits<int64_t>::max()>
 struct Level {
   using V = Vec;
   template <class T>
   using Shape = std::conditional_t<std::is_same_v<T, float>, F32Shape, Bf16Shape>;
   static constexpr bool kWidenAhead = WidenAhead;
+  static constexpr int64_t kPrefetchBelowRows = PrefetchBelowRows;
 };
 
 // Whether inputs of type T run widened ahead at level Lv (bf16 at a kWidenAhead level).
@@ -538,7 +543,8 @@ void slab_gemm(const T* A, int64_t lda, int64_t len, Out* out, int64_t ldc, int6
 
 template <class V, class S, class T, class Out, class Weights>
 void row_major_gemm(const T* A, int64_t lda, int64_t len, Out* out, int64_t ldc, int64_t n_out,
-                    const GroupLayout& groups, int64_t goff, int64_t n_local, const Weights& w) {
+                    const GroupLayout& groups, int64_t goff, int64_t n_local, const Weights& w,
+                    int64_t prefetch_below_rows) {
   using Step = typename S::Step;
   constexpr int MR = S::MR, NV = S::NV;
   constexpr int64_t NR = int64_t(V::L) * NV;
@@ -581,9 +587,10 @@ void row_major_gemm(const T* A, int64_t lda, int64_t len, Out* out, int64_t ldc,
           w.pack(k.lg, pi * NR, std::min(NR, n_out - pi * NR), 0, P, bp + (pi - k.p0) * panel_words, NR);
         packed_lg = k.lg, packed_p0 = k.p0;
       }
-      // Prefetch the weights the next task of this range packs, if it packs any.
+      // Prefetch the weights the next task of this range packs, if it packs any
+      // and this task is short enough for its level (Level::kPrefetchBelowRows).
       const Task* next = t + 1 < e ? &tasks[size_t(t + 1)] : nullptr;
-      const bool repack = next && (next->lg != k.lg || next->p0 != k.p0);
+      const bool repack = next && (next->lg != k.lg || next->p0 != k.p0) && k.r1 - k.r0 < prefetch_below_rows;
       pf.start(repack ? w.region(next->lg, next->p0 * NR, std::min(n_out, (next->p0 + per_task) * NR), 0, P)
                       : Region{},
                (k.r1 - k.r0 + MR - 1) / MR * (p1 - k.p0) * P);
@@ -659,7 +666,7 @@ void widened_gemm(const bf16* A, int64_t lda, int64_t len, Out* out, int64_t ldc
     });
     row_major_gemm<V, typename Lv::template Shape<float>>(reinterpret_cast<const float*>(aw), ldw, len,
                                                            out + first * ldc, ldc, n_out, local, 0, g1 - g0,
-                                                           wide.from_group(g0));
+                                                           wide.from_group(g0), Lv::kPrefetchBelowRows);
     g0 = g1;
   }
 }
@@ -677,7 +684,8 @@ void weights_gemm(const T* A, int64_t len, const T* rhs, int64_t Kc, int64_t N, 
   } else {
     using Step = typename Lv::template Shape<T>::Step;
     const Weights<V, Step::kPack, Step::kPerWord, T> w{rhs, Kc, N};
-    row_major_gemm<V, typename Lv::template Shape<T>>(A, len, len, out, n_out, n_out, groups, goff, n_local, w);
+    row_major_gemm<V, typename Lv::template Shape<T>>(A, len, len, out, n_out, n_out, groups, goff, n_local, w,
+                                                      Lv::kPrefetchBelowRows);
   }
 }
 
