@@ -590,8 +590,9 @@ void row_major_gemm(const T* A, int64_t lda, int64_t len, Out* out, int64_t ldc,
       // Prefetch the weights the next task of this range packs, if it packs any
       // and this task is short enough for its level (Level::kPrefetchBelowRows).
       const Task* next = t + 1 < e ? &tasks[size_t(t + 1)] : nullptr;
-      const bool repack = next && (next->lg != k.lg || next->p0 != k.p0) && k.r1 - k.r0 < prefetch_below_rows;
-      pf.start(repack ? w.region(next->lg, next->p0 * NR, std::min(n_out, (next->p0 + per_task) * NR), 0, P)
+      const bool repacks = next && (next->lg != k.lg || next->p0 != k.p0);
+      const bool prefetch = repacks && k.r1 - k.r0 < prefetch_below_rows;
+      pf.start(prefetch ? w.region(next->lg, next->p0 * NR, std::min(n_out, (next->p0 + per_task) * NR), 0, P)
                       : Region{},
                (k.r1 - k.r0 + MR - 1) / MR * (p1 - k.p0) * P);
       for (int64_t pi = k.p0; pi < p1; ++pi)
