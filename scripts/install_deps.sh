@@ -12,6 +12,9 @@ pkgs=(build-essential cmake ninja-build pkg-config libyaml-cpp-dev nlohmann-json
       # the Python package and its PyTorch layer; OpenBLAS so that torch's own matmul is fair
       python3 python3-dev python3-pybind11 pybind11-dev python3-numpy python3-torch
       libopenblas0-pthread python3-mpi4py python3-pytest
+      # PyTorch at its best in the comparisons (docs/python_benchmarks.md, Headline: preloaded
+      # tcmalloc; with glibc's malloc its blocks fault in every large tensor)
+      libtcmalloc-minimal4
       # type-checks the package's stubs (tests/python/test_stubs.py; that test is skipped without it)
       python3-mypy
       # real English text for examples/tiny_mixtral.py
