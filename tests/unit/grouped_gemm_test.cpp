@@ -463,6 +463,59 @@ TEST_P(GroupedGemm, EmptyGroupGradientIsZero) {
   for (int64_t i = 70; i < 105; ++i) EXPECT_EQ(dr.get_f32(i), 0.0f);
 }
 
+// A's rows at a stride that is a multiple of 4 KiB share one L1 set; where a
+// level's tile has more rows than kRowsPerSetLimit (6; the 12-row f32 and
+// widening tiles of avx512 and avx512_bf16), gmm and gmm_dlhs read A from a
+// copy one line off that stride (copied_gemm in simd/gemm_impl.h). The copy
+// holds the same words, so the bits are those of A read in place. Checked
+// against a call that reads in place: the same rows and weights with 16 zero
+// elements appended to each row of A and 16 zero weight rows (or columns),
+// a stride of 4 KiB + 64 bytes. Each chain then runs 16 more steps that add
+// exact zeros, so the bits match exactly. At the 12-row levels the copy is
+// one large block of the engine's allocator; elsewhere there is none (but
+// avx2's widened bf16 A is such a block at any stride).
+void check_set_stride_copy(DType in, DType out_t, int64_t len, bool expect_copy) {
+  const bool widened = in == DType::bf16 && active_isa() == Isa::avx2;
+  const int64_t pad = 16, M = 300, N = 40;  // M rows: a copy above the allocator's large size
+  const GroupLayout g = GroupLayout::from_sizes({130, 0, 170});
+  Tensor rhs = random_tensor(in, {3, len, N}, 61), rhs_t = random_tensor(in, {3, N, len}, 62);
+  Tensor rhs_p(in, {3, len + pad, N}), rhs_tp(in, {3, N, len + pad});  // zero-filled
+  for (int64_t e = 0; e < 3; ++e) {
+    for (int64_t k = 0; k < len; ++k)
+      for (int64_t n = 0; n < N; ++n)
+        Guarded::set(rhs_p, (e * (len + pad) + k) * N + n, rhs.get_f32((e * len + k) * N + n));
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t k = 0; k < len; ++k)
+        Guarded::set(rhs_tp, (e * N + n) * (len + pad) + k, rhs_t.get_f32((e * N + n) * len + k));
+  }
+  Tensor a = random_tensor(in, {M, len}, 63), a_p(in, {M, len + pad});
+  for (int64_t r = 0; r < M; ++r)
+    for (int64_t k = 0; k < len; ++k) Guarded::set(a_p, r * (len + pad) + k, a.get_f32(r * len + k));
+  Tensor out(out_t, {M, N}), out_p(out_t, {M, N}), dl(out_t, {M, N}), dl_p(out_t, {M, N});
+  const uint64_t before = alloc::stats().hits + alloc::stats().partial + alloc::stats().misses;
+  gmm(a, rhs, g, 0, out);
+  const uint64_t gmm_blocks = alloc::stats().hits + alloc::stats().partial + alloc::stats().misses - before;
+  gmm(a_p, rhs_p, g, 0, out_p);
+  gmm_dlhs(a, rhs_t, g, 0, dl);  // dout [M, len] against rhs [3, N, len] read transposed
+  gmm_dlhs(a_p, rhs_tp, g, 0, dl_p);
+  EXPECT_TRUE(rows_bit_equal(out, 0, out_p, 0, M)) << "gmm: A copied off the set stride against A in place";
+  EXPECT_TRUE(rows_bit_equal(dl, 0, dl_p, 0, M)) << "gmm_dlhs: A copied off the set stride against A in place";
+  if (alloc::stats().cap_bytes > 0)  // large blocks counted
+    EXPECT_EQ(gmm_blocks, expect_copy || widened ? 1u : 0u) << "large blocks gmm took at a stride of "
+                                                  << len * int64_t(dtype_size(in)) << " bytes";
+}
+
+TEST_P(GroupedGemm, ACopyOffTheSetStrideKeepsTheBits) {
+  const Isa isa = GetParam();
+  const bool twelve_rows = isa == Isa::avx512 || isa == Isa::avx512_bf16;  // their f32 tiles
+  check_set_stride_copy(DType::f32, DType::f32, 1024, twelve_rows);   // 4 KiB rows
+  check_set_stride_copy(DType::f32, DType::f32, 2048, twelve_rows);   // 8 KiB rows
+  check_set_stride_copy(DType::f32, DType::f32, 1040, false);         // 4 KiB + 64: in place everywhere
+  // bf16: avx512 widens in a 12-row tile; avx512_bf16's dot-product tile has 6 rows; avx2 widens ahead.
+  check_set_stride_copy(DType::bf16, DType::bf16, 2048, isa == Isa::avx512);
+  check_set_stride_copy(DType::bf16, DType::f32, 2051, false);  // odd: a half word, no copy
+}
+
 
 // The levels that multiply bf16 as widened f32 with FMA (avx2, avx512) run
 // each element's chain in the same order, so they must agree bit for bit,
@@ -480,7 +533,12 @@ TEST(GroupedGemmAcrossLevels, WideningLevelsAgreeBitForBit) {
   all.push_back({{7, 3, 3}, 8195, 130, 0, 3, 0});  // slabs: a long reduction, few rows per group
   all.push_back({{5, 2}, 130, 8195, 0, 2, 1});     // slabs of gmm_dlhs (a long N)
   all.push_back({{700, 3}, 65, 70, 0, 2, 0});      // a large group in row blocks
-  all.push_back({{600, 500, 3}, 8195, 24, 0, 3, 0});  // gmm's widened A in two chunks (kWideChunkBytes)
+  all.push_back({{600, 500, 3}, 8195, 24, 0, 3, 0});  // gmm's widened A in two chunks (kACopyChunkBytes)
+  // 4 KiB bf16 rows: avx512 copies A off the stride (copied_gemm), gmm's A and gmm_dlhs's
+  // dout; the last case's copy takes two chunks (8,203 rows of 4,160 bytes).
+  all.push_back({{40, 33, 7}, 2048, 40, 0, 3, 0});
+  all.push_back({{40, 33, 7}, 40, 2048, 0, 3, 0});
+  all.push_back({{4100, 4100, 3}, 2048, 24, 0, 3, 0});
   for (const Case& c : all)
     for (DType out_t : {DType::bf16, DType::f32}) {
       SCOPED_TRACE(::testing::Message() << "Kc " << c.Kc << " N " << c.N << " out " << dtype_name(out_t));

@@ -636,9 +636,60 @@ struct TransposedWeights {
   }
 };
 
-// Widened bytes of A per chunk of whole groups (a group larger than this is a
+// Bytes of A's copy per chunk of whole groups (a group larger than this is a
 // chunk of its own): the copy's memory stays bounded whatever the call's rows.
-constexpr int64_t kWideChunkBytes = int64_t(32) << 20;
+constexpr int64_t kACopyChunkBytes = int64_t(32) << 20;
+
+// ---- A's row stride and the L1's sets ----------------------------------------
+// A tile reads one word of each of its MR rows per step, and each row's line
+// must stay in L1 for the 16 steps that read it. L1 set indices repeat every
+// 4 KiB on these cores (Zen 4: 32 KiB, 8 ways; Zen 5: 48 KiB, 12 ways), so
+// rows whose stride is a multiple of 4 KiB all map to one set: a 12-row tile
+// (the f32 and widening tiles at avx512 and avx512_bf16) keeps 12 lines in
+// one set while the B panel streams through the others' ways. Reading A from
+// a copy whose stride is one line off the multiple spreads the rows over 12
+// sets. Measured in one process, the copy included (docs/benchmarks.md, "A's
+// row stride and the L1 sets"): mixtral-8x7b's forward and data-gradient
+// GEMMs 1.05-1.15x faster with 12-row tiles, olmoe's 1.01-1.05x; 6-row tiles
+// (avx2's f32, avx512_bf16's bf16 dot products) at a 4 KiB stride and 12-row
+// tiles at a 2 KiB one (6 rows a set) 0.97-1.01x: no copy there.
+constexpr int64_t kSetSpanBytes = 4096;
+constexpr int64_t kRowsPerSetLimit = 6;  // A is copied when more of a tile's rows than this share a set
+
+// Rows of a tile of `mr` rows at this byte stride that share one L1 set.
+constexpr int64_t rows_per_set(int64_t stride_bytes, int64_t mr) {
+  int64_t g = 1;  // gcd(stride, 4096): the largest power of two dividing the stride, up to 4096
+  while (g < kSetSpanBytes && stride_bytes % (g * 2) == 0) g *= 2;
+  return std::max<int64_t>(1, mr * g / kSetSpanBytes);
+}
+
+// Row stride (elements of E) of a copy of rows of `n` elements: whole 64-byte
+// lines, and 64 bytes more when a tile of `mr` rows would share sets.
+template <class E>
+constexpr int64_t copy_stride(int64_t n, int64_t mr) {
+  constexpr int64_t line = 64 / int64_t(sizeof(E));
+  const int64_t ld = (n + line - 1) / line * line;
+  return rows_per_set(ld * int64_t(sizeof(E)), mr) > kRowsPerSetLimit ? ld + line : ld;
+}
+
+// Calls fn(g0, g1, first_row, rows) for chunks of whole local groups [g0, g1)
+// whose rows hold at most kACopyChunkBytes at `row_bytes` a row (or one group).
+template <class Fn>
+void for_copy_chunks(const GroupLayout& groups, int64_t goff, int64_t n_local, int64_t row_bytes, const Fn& fn) {
+  for (int64_t g0 = 0; g0 < n_local;) {
+    int64_t g1 = g0 + 1;
+    const int64_t first = groups.offsets[size_t(goff + g0)];
+    while (g1 < n_local && (groups.offsets[size_t(goff + g1 + 1)] - first) * row_bytes <= kACopyChunkBytes) ++g1;
+    fn(g0, g1, first, groups.offsets[size_t(goff + g1)] - first);
+    g0 = g1;
+  }
+}
+
+// Group sizes [g0, g1) of the call's local groups as a layout of their own.
+inline GroupLayout local_layout(const GroupLayout& groups, int64_t goff, int64_t g0, int64_t g1) {
+  return GroupLayout::from_sizes(
+      std::vector<int64_t>(groups.sizes.begin() + goff + g0, groups.sizes.begin() + goff + g1));
+}
 
 // A bf16 GEMM of a kWidenAhead level: A (rows of groups [goff, goff + n_local),
 // `len` elements a row) widened to f32, a chunk of whole groups at a time,
@@ -652,29 +703,44 @@ template <class Lv, class Out, class Weights>
 void widened_gemm(const bf16* A, int64_t lda, int64_t len, Out* out, int64_t ldc, int64_t n_out,
                   const GroupLayout& groups, int64_t goff, int64_t n_local, const Weights& wide) {
   using V = typename Lv::V;
+  using S = typename Lv::template Shape<float>;
   const int64_t ldw = (len + V::L - 1) / V::L * V::L;  // widened rows, zero-padded to whole vectors
   Words buf(Words::From::engine);
-  for (int64_t g0 = 0; g0 < n_local;) {
-    int64_t g1 = g0 + 1;
-    const int64_t first = groups.offsets[size_t(goff + g0)];
-    while (g1 < n_local && (groups.offsets[size_t(goff + g1 + 1)] - first) * ldw * 4 <= kWideChunkBytes) ++g1;
-    const int64_t rows = groups.offsets[size_t(goff + g1)] - first;
-    const GroupLayout local = GroupLayout::from_sizes(
-        std::vector<int64_t>(groups.sizes.begin() + goff + g0, groups.sizes.begin() + goff + g1));
+  for_copy_chunks(groups, goff, n_local, ldw * 4, [&](int64_t g0, int64_t g1, int64_t first, int64_t rows) {
     uint32_t* aw = buf.get(size_t(std::max<int64_t>(rows * ldw, 1)));
     parallel_for(rows, 8, [&](int64_t r0, int64_t r1) {
       pack_rows<V, Pack::widen_rows>(A + first * lda, lda, r0, r1, 0, len, aw + r0 * ldw, ldw, ldw);
     });
-    row_major_gemm<V, typename Lv::template Shape<float>>(reinterpret_cast<const float*>(aw), ldw, len,
-                                                           out + first * ldc, ldc, n_out, local, 0, g1 - g0,
-                                                           wide.from_group(g0), Lv::kPrefetchBelowRows);
-    g0 = g1;
-  }
+    row_major_gemm<V, S>(reinterpret_cast<const float*>(aw), ldw, len, out + first * ldc, ldc, n_out,
+                         local_layout(groups, goff, g0, g1), 0, g1 - g0, wide.from_group(g0),
+                         Lv::kPrefetchBelowRows);
+  });
+}
+
+// A GEMM with A read from a copy whose row stride keeps a tile's rows in
+// different L1 sets (copy_stride): the same words in the same order, so the
+// bits of the GEMM on A in place. The copy comes from the engine's allocator.
+template <class Lv, class T, class Out, class Weights>
+void copied_gemm(const T* A, int64_t lda, int64_t len, int64_t ldcopy, Out* out, int64_t ldc, int64_t n_out,
+                 const GroupLayout& groups, int64_t goff, int64_t n_local, const Weights& w) {
+  using V = typename Lv::V;
+  using S = typename Lv::template Shape<T>;
+  Words buf(Words::From::engine);
+  const int64_t copy_words = words_of<T>(ldcopy);
+  for_copy_chunks(groups, goff, n_local, copy_words * 4, [&](int64_t g0, int64_t g1, int64_t first, int64_t rows) {
+    T* ac = reinterpret_cast<T*>(buf.get(size_t(std::max<int64_t>(rows * copy_words, 1))));
+    parallel_for(rows, 8, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r)
+        std::memcpy(ac + r * ldcopy, A + (first + r) * lda, size_t(len) * sizeof(T));
+    });
+    row_major_gemm<V, S>(ac, ldcopy, len, out + first * ldc, ldc, n_out, local_layout(groups, goff, g0, g1), 0,
+                         g1 - g0, w.from_group(g0), Lv::kPrefetchBelowRows);
+  });
 }
 
 // A GEMM against each group's weights rhs[g] [Kc, N], viewed by Weights
-// (RowWeights or TransposedWeights): A [rows, len] read in place, or widened
-// ahead at a kWidenAhead level.
+// (RowWeights or TransposedWeights): A [rows, len] read in place, from a copy
+// off the sets' stride (copied_gemm), or widened ahead at a kWidenAhead level.
 template <class Lv, template <class, Pack, int64_t, class> class Weights, class T, class Out>
 void weights_gemm(const T* A, int64_t len, const T* rhs, int64_t Kc, int64_t N, Out* out, int64_t n_out,
                   const GroupLayout& groups, int64_t goff, int64_t n_local) {
@@ -683,10 +749,12 @@ void weights_gemm(const T* A, int64_t len, const T* rhs, int64_t Kc, int64_t N, 
     const Weights<V, Pack::widen_rows, 1, bf16> w{rhs, Kc, N};
     widened_gemm<Lv>(A, len, len, out, n_out, n_out, groups, goff, n_local, w);
   } else {
-    using Step = typename Lv::template Shape<T>::Step;
+    using S = typename Lv::template Shape<T>;
+    using Step = typename S::Step;
     const Weights<V, Step::kPack, Step::kPerWord, T> w{rhs, Kc, N};
-    row_major_gemm<V, typename Lv::template Shape<T>>(A, len, len, out, n_out, n_out, groups, goff, n_local, w,
-                                                      Lv::kPrefetchBelowRows);
+    if (rows_per_set(len * int64_t(sizeof(T)), S::MR) > kRowsPerSetLimit)
+      return copied_gemm<Lv>(A, len, len, copy_stride<T>(len, S::MR), out, n_out, n_out, groups, goff, n_local, w);
+    row_major_gemm<V, S>(A, len, len, out, n_out, n_out, groups, goff, n_local, w, Lv::kPrefetchBelowRows);
   }
 }
 
