@@ -273,7 +273,11 @@ Contention contention_probe(const CalibrateOptions& o, Communicator& world, int 
       host->all_gather(mine.data(), all.data(), size_t(n));
       if (i > 0) t.push_back((bench::now_ms() - t0) * 1e-3);  // the first one maps the buffers
     }
-    const double s = max_over_ranks(median(t)) - (H - 1) * lat_s;
+    // The latency term comes off the measured time, but at most half of it: under load (a
+    // sanitizer build, 4 ranks on 2 cores) the latency estimate can exceed the all-gather's own
+    // time, and the rate must stay a positive, finite figure.
+    const double raw = max_over_ranks(median(t));
+    const double s = std::max(raw - (H - 1) * lat_s, 0.5 * raw);
     ct.ag_bw_Bps = double(n) * (H - 1) / std::max(s, 1e-9);
     ag_ms = s * 1e3;
   }
