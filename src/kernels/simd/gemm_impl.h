@@ -663,13 +663,12 @@ constexpr int64_t rows_per_set(int64_t stride_bytes, int64_t mr) {
   return std::max<int64_t>(1, mr * g / kSetSpanBytes);
 }
 
-// Row stride (elements of E) of a copy of rows of `n` elements: whole 64-byte
-// lines, and 64 bytes more when a tile of `mr` rows would share sets.
+// Row stride (elements of E) of the copy of rows of `n` elements: whole 64-byte
+// lines and one line more, so a stride that was a multiple of 4 KiB no longer is.
 template <class E>
-constexpr int64_t copy_stride(int64_t n, int64_t mr) {
+constexpr int64_t copy_stride(int64_t n) {
   constexpr int64_t line = 64 / int64_t(sizeof(E));
-  const int64_t ld = (n + line - 1) / line * line;
-  return rows_per_set(ld * int64_t(sizeof(E)), mr) > kRowsPerSetLimit ? ld + line : ld;
+  return (n + line - 1) / line * line + line;
 }
 
 // Calls fn(g0, g1, first_row, rows) for chunks of whole local groups [g0, g1)
@@ -721,10 +720,11 @@ void widened_gemm(const bf16* A, int64_t lda, int64_t len, Out* out, int64_t ldc
 // different L1 sets (copy_stride): the same words in the same order, so the
 // bits of the GEMM on A in place. The copy comes from the engine's allocator.
 template <class Lv, class T, class Out, class Weights>
-void copied_gemm(const T* A, int64_t lda, int64_t len, int64_t ldcopy, Out* out, int64_t ldc, int64_t n_out,
+void copied_gemm(const T* A, int64_t lda, int64_t len, Out* out, int64_t ldc, int64_t n_out,
                  const GroupLayout& groups, int64_t goff, int64_t n_local, const Weights& w) {
   using V = typename Lv::V;
   using S = typename Lv::template Shape<T>;
+  const int64_t ldcopy = copy_stride<T>(len);
   Words buf(Words::From::engine);
   const int64_t copy_words = words_of<T>(ldcopy);
   for_copy_chunks(groups, goff, n_local, copy_words * 4, [&](int64_t g0, int64_t g1, int64_t first, int64_t rows) {
@@ -753,7 +753,7 @@ void weights_gemm(const T* A, int64_t len, const T* rhs, int64_t Kc, int64_t N, 
     using Step = typename S::Step;
     const Weights<V, Step::kPack, Step::kPerWord, T> w{rhs, Kc, N};
     if (rows_per_set(len * int64_t(sizeof(T)), S::MR) > kRowsPerSetLimit)
-      return copied_gemm<Lv>(A, len, len, copy_stride<T>(len, S::MR), out, n_out, n_out, groups, goff, n_local, w);
+      return copied_gemm<Lv>(A, len, len, out, n_out, n_out, groups, goff, n_local, w);
     row_major_gemm<V, S>(A, len, len, out, n_out, n_out, groups, goff, n_local, w, Lv::kPrefetchBelowRows);
   }
 }
