@@ -2,6 +2,7 @@
 // (grouped_gemm.cpp), the reference twin and the AVX-512 kernels.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 
 #include "kernels/grouped_gemm.h"
@@ -15,5 +16,17 @@ void check_gmm_dlhs(const Tensor& dout, const Tensor& rhs, const GroupLayout& gr
                     const Tensor& dlhs);
 void check_gmm_drhs(const Tensor& lhs, const Tensor& dout, const GroupLayout& groups, int64_t group_offset,
                     const Tensor& drhs);
+
+// Test hook: while true, the fast levels' gmm and gmm_dlhs take the panel
+// schedule (the whole reduction packed per task) whatever the shape, so tests
+// can hold the weight-slab schedules to its bits (ScopedPanelSchedule).
+inline std::atomic<bool> force_panel_schedule{false};
+
+struct ScopedPanelSchedule {
+  ScopedPanelSchedule() { force_panel_schedule.store(true); }
+  ~ScopedPanelSchedule() { force_panel_schedule.store(false); }
+  ScopedPanelSchedule(const ScopedPanelSchedule&) = delete;
+  ScopedPanelSchedule& operator=(const ScopedPanelSchedule&) = delete;
+};
 
 }  // namespace moe::detail

@@ -469,7 +469,7 @@ constexpr int64_t kTaskRows = 252, kSplit = 4;
 // reads each weight row 128 bytes at a time, rows tens of kB apart (a DRAM page
 // per line, no hardware prefetch), and a long reduction's panel outgrows L2.
 // Here a task (group, block of kSlabRunBytes-wide columns, block of at most
-// kSlabRows rows) walks the reduction in blocks of words: it packs a slab of
+// `rows_max` rows, a group's blocks balanced) walks the reduction in blocks of words: it packs a slab of
 // every panel of its columns (long contiguous runs of each weight row), runs
 // its row tiles over the slab, and keeps the f32 partial sums of its rows in a
 // scratch block between reduction blocks (Tile's `init`): each element stays
@@ -477,17 +477,35 @@ constexpr int64_t kTaskRows = 252, kSplit = 4;
 // kSlabRunBytes 256 against 1024 (a slab of 2 panels, 4x the words, at avx512_bf16): 0.76-1.13 of
 // the time per op, median 0.93, over 19 in-process A/Bs at three levels (docs/benchmarks.md,
 // "Where the time goes now", 2026-12-02).
+//
+// ---- Long reductions: weight slabs at any rows per group --------------------
+// A panel of a long reduction (mixtral-8x7b's down.gmm reduces 14,336
+// elements, up.dlhs 28,672: 0.9-3.6 MiB packed) does not fit L2 next to the
+// A rows of its tile, so every row tile streams it from L3. Past
+// kLongPanelBytes a tile of at most kLongSlabTileRows rows takes the slab
+// schedule at any rows per group, with row blocks of up to kLongSlabRows (a
+// whole group at the registry's 256 rows per expert), so each slab is packed
+// once for many tiles. A 12-row tile reads half the panel bytes per FMA and
+// keeps panels. Measured in one process against the panel schedule
+// (docs/benchmarks.md, "Long reductions"): mixtral-8x7b's down.gmm 1.11x and
+// up.dlhs 1.10-1.14x faster at avx2 (6 rows; bf16 and f32), up.dlhs 1.08x at
+// avx512_bf16's bf16 tile (6 rows); the 12-row tiles of avx512 0.96-1.11,
+// within that level's noise. 96-row blocks gained about half as much, whole
+// groups (528 rows) the same as 264.
 constexpr int64_t kSlabRows = 96;          // average rows per non-empty group at or below which slabs are used
 constexpr int64_t kSlabRunBytes = 256;     // bytes of a weight row packed per run (gmm's row-major weights)
 constexpr int64_t kSlabBytes = 128 << 10;  // packed bytes per slab (with the partial sums and the next slab: L2)
+constexpr int64_t kLongPanelBytes = 2 * kPackBytes;  // a panel larger than this takes slabs at any rows per group
+constexpr int64_t kLongSlabRows = 264;               // rows per slab task there (a group in balanced blocks)
+constexpr int kLongSlabTileRows = 6;                 // tiles of at most this many rows take them
 
 template <class V, class S, class T, class Out, class Weights>
 void slab_gemm(const T* A, int64_t lda, int64_t len, Out* out, int64_t ldc, int64_t n_out,
-               const GroupLayout& groups, int64_t goff, int64_t n_local, const Weights& w) {
+               const GroupLayout& groups, int64_t goff, int64_t n_local, const Weights& w, int64_t rows_max) {
   using Step = typename S::Step;
   constexpr int MR = S::MR, NV = S::NV;
   constexpr int64_t NR = int64_t(V::L) * NV, kB = Step::kB;
-  constexpr int64_t row_cap = (kSlabRows + MR - 1) / MR * MR;
+  const int64_t row_cap = (rows_max + MR - 1) / MR * MR;
   const int64_t panels = (n_out + NR - 1) / NR, P = words_of<T>(len);
   const int64_t npan = std::clamp<int64_t>(kSlabRunBytes / (NR * Weights::kBytes), 1, panels);
   const int64_t kbw = std::clamp<int64_t>(kSlabBytes / (npan * kB * NR * 4), 1, P);
@@ -500,8 +518,10 @@ void slab_gemm(const T* A, int64_t lda, int64_t len, Out* out, int64_t ldc, int6
   for (int64_t lg = 0; lg < n_local; ++lg) {
     const int64_t g0 = groups.offsets[size_t(goff + lg)], g1 = groups.offsets[size_t(goff + lg + 1)];
     for (int64_t cb = 0; cb < cblocks && g0 < g1; ++cb)
-      for (int64_t r = g0; r < g1; r += row_cap)
-        tasks.push_back({lg, cb * ldp, std::min(n_out, (cb + 1) * ldp), r, std::min(g1, r + row_cap)});
+      for (int64_t n_blocks = (g1 - g0 + row_cap - 1) / row_cap,
+                   step = ((g1 - g0 + n_blocks - 1) / n_blocks + MR - 1) / MR * MR, r = g0;
+           r < g1; r += step)
+        tasks.push_back({lg, cb * ldp, std::min(n_out, (cb + 1) * ldp), r, std::min(g1, r + step)});
   }
   parallel_for(int64_t(tasks.size()), 1, [&](int64_t b, int64_t e) {
     uint32_t* bp = scratch(size_t(npan * kbw * kB * NR), 0);
@@ -548,13 +568,16 @@ void row_major_gemm(const T* A, int64_t lda, int64_t len, Out* out, int64_t ldc,
   using Step = typename S::Step;
   constexpr int MR = S::MR, NV = S::NV;
   constexpr int64_t NR = int64_t(V::L) * NV;
-  {  // few rows per group and a panel larger than a task's packing budget: weight slabs
+  if (!detail::force_panel_schedule.load(std::memory_order_relaxed)) {
+    // Weight slabs: few rows per group and a panel larger than a task's packing budget, or a long reduction.
     int64_t nonempty = 0;
     for (int64_t lg = 0; lg < n_local; ++lg) nonempty += groups.sizes[size_t(goff + lg)] > 0;
     const int64_t rows = groups.offsets[size_t(goff + n_local)] - groups.offsets[size_t(goff)];
     const int64_t panel_bytes = words_of<T>(len) * Step::kB * NR * 4;
     if (nonempty > 0 && rows <= kSlabRows * nonempty && panel_bytes > kPackBytes)
-      return slab_gemm<V, S>(A, lda, len, out, ldc, n_out, groups, goff, n_local, w);
+      return slab_gemm<V, S>(A, lda, len, out, ldc, n_out, groups, goff, n_local, w, kSlabRows);
+    if (nonempty > 0 && MR <= kLongSlabTileRows && panel_bytes > kLongPanelBytes)
+      return slab_gemm<V, S>(A, lda, len, out, ldc, n_out, groups, goff, n_local, w, kLongSlabRows);
   }
   const int64_t panels = (n_out + NR - 1) / NR, P = words_of<T>(len), panel_words = P * Step::kB * NR;
   const int64_t per_task = std::clamp<int64_t>(kPackBytes / (panel_words * 4), 1, panels);
