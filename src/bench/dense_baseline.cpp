@@ -40,14 +40,22 @@ DType dense_compute_dtype(DType layer_dtype, std::string& why) {
 }
 
 // out [M, N] = a [M, K] @ b[0] [K, N]
-double grouped_gemm_dense_gflops(int64_t M, int64_t K, int64_t N, DType dtype, int iters) {
-  MOE_ASSERT(M >= 1 && K >= 1 && N >= 1 && iters >= 1,
-             "grouped_gemm_dense_gflops: sizes and iters must be >= 1");
-  Tensor a = pattern({M, K}, dtype, 1), b = pattern({1, K, N}, dtype, 2);
-  Tensor out = Tensor::empty(dtype, {M, N});
-  GroupLayout one = GroupLayout::from_sizes({M});
-  bench::Timing t = bench::time_runs(iters, [&] { gmm(a, b, one, 0, out); });
-  return 2.0 * double(M) * double(K) * double(N) / std::max(t.median_ms, 1e-6) / 1e6;
+GroupedGemmDense::GroupedGemmDense(int64_t M, int64_t K, int64_t N, DType dtype)
+    : a(pattern({M, K}, dtype, 1)),
+      b(pattern({1, K, N}, dtype, 2)),
+      out(Tensor::empty(dtype, {M, N})),
+      one(GroupLayout::from_sizes({M})) {}
+
+void GroupedGemmDense::run() { gmm(a, b, one, 0, out); }
+
+double DenseRunner::gflops(double ms) const { return flops() / std::max(ms, 1e-6) / 1e6; }
+
+DenseRate dense_matmul_rate(int64_t M, int64_t K, int64_t N, DType layer_dtype, int iters) {
+  MOE_ASSERT(iters >= 1, "dense_matmul_rate: iters must be >= 1");
+  DenseRunner runner(M, K, N, layer_dtype);
+  std::vector<double> ms;
+  for (int i = 0; i < iters; ++i) ms.push_back(runner.run_ms());
+  return {runner.gflops(bench::summarize(std::move(ms)).median_ms), runner.baseline()};
 }
 
 }  // namespace moe

@@ -11,15 +11,18 @@
 // When the library has no bf16 matmul here (e.g. ONEDNN_MAX_CPU_ISA=AVX2),
 // f32 again, and `why` says so. Never an error.
 //
-// One implementation of dense_matmul_rate is linked: dense_baseline_onednn.cpp
+// One implementation of DenseRunner is linked: dense_baseline_onednn.cpp
 // (oneDNN's matmul) or dense_baseline_fallback.cpp (moe::gmm with one group,
 // when oneDNN is not found); dense_baseline.cpp holds what both share.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "moe/dtype.h"
+#include "moe/tensor.h"
+#include "route/group_layout.h"
 
 namespace moe {
 
@@ -39,18 +42,50 @@ std::string dense_baseline_name(const DenseBaseline& b);
 // when the level cannot be chosen (a bad MOE_GEMM_ISA).
 DType dense_compute_dtype(DType layer_dtype, std::string& why);
 
+// out[M, N] = a[M, K] @ b[K, N] for a layer computing in `layer_dtype` (f32
+// or bf16): the baseline the rule picks, built once (inputs filled, one
+// untimed warm-up run) and then run as often as asked. `moe bench` times one
+// run beside each timed layer step, interleaved, so that a slow phase of a
+// shared machine slows both sides alike (docs/benchmarks.md, "The dense
+// baseline"). Throws moe::Error only when the level cannot be chosen (a bad
+// MOE_GEMM_ISA). REQUIRES: M, K, N >= 1.
+class DenseRunner {
+ public:
+  DenseRunner(int64_t M, int64_t K, int64_t N, DType layer_dtype);
+  ~DenseRunner();
+  DenseRunner(DenseRunner&&) noexcept;
+  DenseRunner& operator=(DenseRunner&&) noexcept;
+
+  double run_ms();  // one run, waited for; its wall time in ms
+  double flops() const { return 2.0 * double(M_) * double(K_) * double(N_); }
+  double gflops(double ms) const;  // flops() / ms
+  const DenseBaseline& baseline() const { return baseline_; }
+
+  struct Impl;  // the linked implementation's state
+
+ private:
+  std::unique_ptr<Impl> impl_;
+  DenseBaseline baseline_;
+  int64_t M_, K_, N_;
+};
+
 struct DenseRate {
   double gflops = 0;  // 2*M*K*N / median seconds / 1e9
   DenseBaseline baseline;
 };
 
-// out[M, N] = a[M, K] @ b[K, N] for a layer computing in `layer_dtype` (f32
-// or bf16): the baseline the rule picks, timed over `iters` runs after one
-// warm-up run. REQUIRES: M, K, N, iters >= 1.
+// A DenseRunner's rate over `iters` runs (median), for summaries that time the
+// baseline on its own (`moe train`). REQUIRES: M, K, N, iters >= 1.
 DenseRate dense_matmul_rate(int64_t M, int64_t K, int64_t N, DType layer_dtype, int iters);
 
 // The same FLOPs on moe::gmm with a single group at the active kernel level,
-// inputs in `dtype` (the fallback baseline, and the last resort of the oneDNN one).
-double grouped_gemm_dense_gflops(int64_t M, int64_t K, int64_t N, DType dtype, int iters);
+// inputs in `dtype` (the fallback baseline, and the last resort of the oneDNN
+// one): operands filled once, run() computes out = a @ b[0].
+struct GroupedGemmDense {
+  GroupedGemmDense(int64_t M, int64_t K, int64_t N, DType dtype);
+  void run();
+  Tensor a, b, out;
+  GroupLayout one;
+};
 
 }  // namespace moe

@@ -2,7 +2,7 @@
 // tuned dense GEMM library reaches on this machine for the same FLOPs,
 // limited to the compute pool's thread count, in the dtype of the rule in
 // dense_baseline.h.
-#include <algorithm>
+#include <optional>
 
 #include "bench/dense_baseline.h"
 #include "bench/dense_matmul_onednn.h"
@@ -13,22 +13,37 @@
 
 namespace moe {
 
+// oneDNN's matmul, or (not even an f32 one here) the one-group grouped GEMM.
+struct DenseRunner::Impl {
+  std::optional<bench::DenseMatmul> onednn;
+  std::optional<GroupedGemmDense> fallback;
+  void run() { onednn ? onednn->run() : fallback->run(); }
+};
+
 // out [M, N] = a [M, K] @ b [K, N]
-DenseRate dense_matmul_rate(int64_t M, int64_t K, int64_t N, DType layer_dtype, int iters) {
-  MOE_ASSERT(M >= 1 && K >= 1 && N >= 1 && iters >= 1, "dense_matmul_rate: sizes and iters must be >= 1");
+DenseRunner::DenseRunner(int64_t M, int64_t K, int64_t N, DType layer_dtype)
+    : impl_(std::make_unique<Impl>()), M_(M), K_(K), N_(N) {
+  MOE_ASSERT(M >= 1 && K >= 1 && N >= 1, "DenseRunner: sizes must be >= 1");
   (void)active_isa();  // a bad MOE_GEMM_ISA fails here, not as a "no matmul" below
   bench::dense_set_threads(ThreadPool::compute().size());
-  DenseRate r;
   try {
-    bench::DenseMatmul mm = bench::dense_matmul_for(M, K, N, layer_dtype, r.baseline);
-    bench::Timing t = bench::time_runs(iters, [&] { mm.run(); });
-    r.gflops = mm.flops() / std::max(t.median_ms, 1e-6) / 1e6;
+    impl_->onednn.emplace(bench::dense_matmul_for(M, K, N, layer_dtype, baseline_));
   } catch (const Error& e) {  // not even an f32 matmul: the last resort, never an error
-    r.baseline = {"grouped_gemm", layer_dtype,
-                  std::string(e.what()) + ", so the baseline is moe::gmm with one group", ""};
-    r.gflops = grouped_gemm_dense_gflops(M, K, N, layer_dtype, iters);
+    baseline_ = {"grouped_gemm", layer_dtype,
+                 std::string(e.what()) + ", so the baseline is moe::gmm with one group", ""};
+    impl_->fallback.emplace(M, K, N, layer_dtype);
   }
-  return r;
+  impl_->run();  // warm-up
+}
+
+DenseRunner::~DenseRunner() = default;
+DenseRunner::DenseRunner(DenseRunner&&) noexcept = default;
+DenseRunner& DenseRunner::operator=(DenseRunner&&) noexcept = default;
+
+double DenseRunner::run_ms() {
+  const double t0 = bench::now_ms();
+  impl_->run();
+  return bench::now_ms() - t0;
 }
 
 }  // namespace moe

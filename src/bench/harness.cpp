@@ -38,14 +38,18 @@ std::string compare(const StepOutputs& base, const StepOutputs& got) {
 
 struct PassTimes {
   std::vector<double> fwd_ms, fwd_bwd_ms;
+  std::vector<double> dense_ms;  // the dense baseline, one run beside each timed step
   int64_t fwd_peak = 0, fwd_bwd_peak = 0;  // bytes above what was live before the pass
 };
 
-PassTimes time_variant(const Config& cfg, const LayerWeights& w, const CaseInputs& in, int warmup,
-                       int iters) {
+// Each timed step is paired with one run of the dense baseline, the dense run first in even
+// pairs and second in odd ones, so a slow phase of the machine (or the order) favours neither.
+PassTimes time_variant(const Config& cfg, const LayerWeights& w, const CaseInputs& in, DenseRunner& dense,
+                       int warmup, int iters) {
   for (int i = 0; i < warmup; ++i) run_step(cfg, w, in);
   PassTimes p;
   for (int i = 0; i < iters; ++i) {
+    if (i % 2 == 0) p.dense_ms.push_back(dense.run_ms());
     TensorMemoryStats before = reset_tensor_memory_peak();
     double t0 = now_ms();
     LayerOutputs out;
@@ -58,6 +62,7 @@ PassTimes time_variant(const Config& cfg, const LayerWeights& w, const CaseInput
     p.fwd_bwd_peak = std::max(p.fwd_bwd_peak, tensor_memory_stats().peak_bytes - before.current_bytes);
     p.fwd_ms.push_back(t1 - t0);
     p.fwd_bwd_ms.push_back(t2 - t0);
+    if (i % 2 == 1) p.dense_ms.push_back(dense.run_ms());
   }
   return p;
 }
@@ -67,7 +72,7 @@ struct CaseRun {
   const Case& c;
   const BenchOptions& opts;
   CaseInputs in;
-  DenseRate dense{};
+  DenseRunner dense;
   KernelBandwidth bw{};
   bool bw_measured = false;
   std::map<std::string, StepOutputs> baselines{};
@@ -81,7 +86,7 @@ int64_t step_input_bytes(const Config& cfg, const LayerWeights& w, const CaseInp
 }
 
 BenchResult make_row(const CaseRun& run, const Variant& v, bool with_bwd, const std::vector<double>& ms,
-                     int64_t peak_bytes) {
+                     const std::vector<double>& dense_ms, int64_t peak_bytes) {
   const Case& c = run.c;
   BenchResult r;
   r.case_name = c.name, r.variant = v.name, r.dtype = dtype_name(run.opts.dtype);
@@ -92,8 +97,8 @@ BenchResult make_row(const CaseRun& run, const Variant& v, bool with_bwd, const 
   Timing t = summarize(ms);
   r.median_ms = t.median_ms, r.min_ms = t.min_ms, r.max_ms = t.max_ms;
   r.gflops = r.flops / std::max(t.median_ms, 1e-6) / 1e6;
-  r.dense_gflops = run.dense.gflops;
-  r.dense = run.dense.baseline;
+  r.dense_gflops = run.dense.gflops(summarize(dense_ms).median_ms);
+  r.dense = run.dense.baseline();
   r.fraction_of_dense = r.dense_gflops > 0 ? r.gflops / r.dense_gflops : 0;
   r.peak_rss_mib = peak_rss_mib();
   r.peak_alloc_mib = double(peak_bytes) / kMiB;
@@ -131,10 +136,10 @@ void run_variant(CaseRun& run, const Variant& v, std::vector<BenchResult>& rows,
     check = detail.empty() ? "PASS" : "FAIL";
   }
   if (!v.timed) return;
-  PassTimes p = time_variant(cfg, w, run.in, run.opts.warmup, run.opts.iters);
+  PassTimes p = time_variant(cfg, w, run.in, run.dense, run.opts.warmup, run.opts.iters);
   const int64_t inputs = step_input_bytes(cfg, w, run.in);
   for (bool with_bwd : {false, true}) {
-    BenchResult r = make_row(run, v, with_bwd, with_bwd ? p.fwd_bwd_ms : p.fwd_ms,
+    BenchResult r = make_row(run, v, with_bwd, with_bwd ? p.fwd_bwd_ms : p.fwd_ms, p.dense_ms,
                              with_bwd ? p.fwd_bwd_peak : p.fwd_peak);
     r.step_peak_mib = double(inputs + (with_bwd ? p.fwd_bwd_peak : p.fwd_peak)) / kMiB;
     if (with_bwd) {
@@ -163,9 +168,9 @@ std::vector<BenchResult> run_bench(const BenchOptions& opts,
   for (Case& c : cases) c = with_shape_overrides(c, opts.overrides, "moe bench");
   std::vector<BenchResult> rows;
   for (const Case& c : cases) {
-    CaseRun run{c, opts, case_inputs(c, opts.seed)};
-    // The expert GEMMs of one forward as one dense GEMM: [R, D] x [D, 3F] (6*R*D*F FLOPs).
-    run.dense = dense_matmul_rate(c.rows(), c.D, 3 * c.F, opts.dtype, opts.iters);
+    // The expert GEMMs of one forward as one dense GEMM: [R, D] x [D, 3F] (6*R*D*F FLOPs), kept
+    // for the case and timed beside each of its timed steps.
+    CaseRun run{c, opts, case_inputs(c, opts.seed), DenseRunner(c.rows(), c.D, 3 * c.F, opts.dtype)};
     for (const Variant& v : case_variants(c)) run_variant(run, v, rows, on_result);
   }
   return rows;

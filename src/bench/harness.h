@@ -37,7 +37,7 @@ struct BenchResult {
   double flops = 0;
   double median_ms = 0, min_ms = 0, max_ms = 0;
   double gflops = 0;             // flops / median time
-  double dense_gflops = 0;       // dense GEMM baseline, same run
+  double dense_gflops = 0;       // dense GEMM baseline, timed beside this row's steps
   DenseBaseline dense;           // which baseline that was (dense_baseline.h)
   double fraction_of_dense = 0;  // gflops / dense_gflops
   double peak_rss_mib = 0;       // process VmHWM after the variant ran (monotone, process-wide)

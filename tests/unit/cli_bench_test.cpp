@@ -44,6 +44,16 @@ TEST(CliBench, TinyWritesTheContractedJson) {
     EXPECT_EQ(row.at("check"), v == "reference" ? "ref" : "PASS") << v;
   }
   EXPECT_EQ(variants, (std::set<std::string>{"reference", "fused", "split"}));
+  // The dense baseline is timed beside each variant's steps: a variant's fwd and fwd+bwd rows
+  // (the same steps) divide by the same dense rate, and the fraction is exactly that quotient.
+  for (size_t i = 0; i + 1 < rows.size(); i += 2) {
+    ASSERT_EQ(rows[i].at("variant"), rows[i + 1].at("variant"));
+    EXPECT_EQ(rows[i].at("pass"), "fwd");
+    EXPECT_EQ(rows[i].at("dense_gflops").get<double>(), rows[i + 1].at("dense_gflops").get<double>());
+    for (const auto* row : {&rows[i], &rows[i + 1]})
+      EXPECT_DOUBLE_EQ(row->at("fraction_of_dense").get<double>(),
+                       row->at("gflops").get<double>() / row->at("dense_gflops").get<double>());
+  }
   // The setup beside the rows: the kernel level and the dense baseline that ran.
   EXPECT_EQ(doc.at("isa"), isa_name(active_isa()));
   EXPECT_EQ(doc.at("isa_available").size(), isa_available().size());
@@ -121,6 +131,13 @@ TEST(BenchDenseBaseline, DtypeFollowsTheKernelLevel) {
     EXPECT_NE(why.find(isa_name(level)), std::string::npos) << why;
     DenseRate rate = dense_matmul_rate(32, 16, 24, DType::bf16, 1);
     EXPECT_GT(rate.gflops, 0.0);
+    // The runner `moe bench` times beside each step: built once, run again and again.
+    DenseRunner runner(32, 16, 24, DType::bf16);
+    for (int i = 0; i < 3; ++i) EXPECT_GE(runner.run_ms(), 0.0);
+    EXPECT_EQ(runner.flops(), 2.0 * 32 * 16 * 24);
+    EXPECT_DOUBLE_EQ(runner.gflops(2.0), runner.flops() / 2e6);
+    EXPECT_EQ(runner.baseline().impl, rate.baseline.impl);
+    EXPECT_EQ(runner.baseline().dtype, rate.baseline.dtype);
 #ifdef MOE_HAVE_ONEDNN
     if (bf16_layer == DType::f32) EXPECT_EQ(rate.baseline.dtype, DType::f32) << rate.baseline.why;
     EXPECT_EQ(dense_baseline_name(rate.baseline),
