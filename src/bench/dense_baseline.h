@@ -61,9 +61,8 @@ class DenseRunner {
   double gflops(double ms) const;  // flops() / ms
   const DenseBaseline& baseline() const { return baseline_; }
 
-  struct Impl;  // the linked implementation's state
-
  private:
+  struct Impl;  // the linked implementation's state
   std::unique_ptr<Impl> impl_;
   DenseBaseline baseline_;
   int64_t M_, K_, N_;
