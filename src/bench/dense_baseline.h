@@ -57,6 +57,15 @@ class DenseRunner {
   DenseRunner& operator=(DenseRunner&&) noexcept;
 
   double run_ms();  // one run, waited for; its wall time in ms
+  // Returns once the baseline's worker threads have let go of the cores, so the
+  // layer step timed next does not share them: oneDNN's OpenMP workers spin
+  // after each run unless OMP_WAIT_POLICY is PASSIVE (libgomp: 300,000 spins
+  // when unset, 5-14 ms here), so this sleeps past that spin; with PASSIVE,
+  // and for the fallback (the engine's own pool), it returns at once.
+  void settle() const;
+  // "" when settle() can do its job here, else why the comparison is biased
+  // (OMP_WAIT_POLICY=ACTIVE or an infinite GOMP_SPINCOUNT: the workers spin for ever).
+  static std::string spin_warning();
   double flops() const { return 2.0 * double(M_) * double(K_) * double(N_); }
   double gflops(double ms) const;  // flops() / ms
   const DenseBaseline& baseline() const { return baseline_; }

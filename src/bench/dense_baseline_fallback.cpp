@@ -28,6 +28,10 @@ DenseRunner::~DenseRunner() = default;
 DenseRunner::DenseRunner(DenseRunner&&) noexcept = default;
 DenseRunner& DenseRunner::operator=(DenseRunner&&) noexcept = default;
 
+void DenseRunner::settle() const {}  // the engine's pool: its threads sleep when idle
+
+std::string DenseRunner::spin_warning() { return ""; }
+
 double DenseRunner::run_ms() {
   const double t0 = bench::now_ms();
   impl_->gemm.run();

@@ -2,7 +2,12 @@
 // tuned dense GEMM library reaches on this machine for the same FLOPs,
 // limited to the compute pool's thread count, in the dtype of the rule in
 // dense_baseline.h.
+#include <strings.h>
+
+#include <chrono>
+#include <cstdlib>
 #include <optional>
+#include <thread>
 
 #include "bench/dense_baseline.h"
 #include "bench/dense_matmul_onednn.h"
@@ -39,6 +44,38 @@ DenseRunner::DenseRunner(int64_t M, int64_t K, int64_t N, DType layer_dtype)
 DenseRunner::~DenseRunner() = default;
 DenseRunner::DenseRunner(DenseRunner&&) noexcept = default;
 DenseRunner& DenseRunner::operator=(DenseRunner&&) noexcept = default;
+
+namespace {
+// libgomp's wait policy from the environment (read once at its start, as libgomp does).
+enum class Spin { none, bounded, forever };
+Spin openmp_spin() {
+  static const Spin spin = [] {
+    const char* policy = std::getenv("OMP_WAIT_POLICY");
+    const char* count = std::getenv("GOMP_SPINCOUNT");
+    if (count && (strncasecmp(count, "inf", 3) == 0)) return Spin::forever;
+    if (count) return std::strtoll(count, nullptr, 10) == 0 ? Spin::none : Spin::bounded;
+    if (policy && strcasecmp(policy, "passive") == 0) return Spin::none;
+    if (policy && strcasecmp(policy, "active") == 0) return Spin::forever;
+    return Spin::bounded;
+  }();
+  return spin;
+}
+
+// Longer than libgomp's default spin of 300,000 pause instructions: 5-14 ms on this project's
+// Zen 4 / Zen 5 VMs (2026-12-04); a pause of 140 cycles at 2 GHz would make it 21 ms.
+constexpr auto kSpinSettle = std::chrono::milliseconds(30);
+}  // namespace
+
+void DenseRunner::settle() const {
+  if (impl_->onednn && openmp_spin() == Spin::bounded) std::this_thread::sleep_for(kSpinSettle);
+}
+
+std::string DenseRunner::spin_warning() {
+  if (openmp_spin() != Spin::forever) return "";
+  return "OMP_WAIT_POLICY=ACTIVE (or an infinite GOMP_SPINCOUNT) keeps oneDNN's OpenMP threads spinning "
+         "between dense runs, on the cores the layer's steps run on: the fractions of dense are biased "
+         "against the layer; run with OMP_WAIT_POLICY=PASSIVE";
+}
 
 double DenseRunner::run_ms() {
   const double t0 = bench::now_ms();

@@ -148,6 +148,21 @@ TEST(BenchDenseBaseline, DtypeFollowsTheKernelLevel) {
   }
 }
 
+// The dense baseline runs between the layer's timed steps: with OpenMP workers that spin for ever
+// (OMP_WAIT_POLICY=active) the comparison is biased, and the bench says so; with PASSIVE it does not.
+TEST(CliBench, SpinningOpenmpWorkersAreNamed) {
+#ifndef MOE_HAVE_ONEDNN
+  GTEST_SKIP() << "the fallback baseline runs on the engine's own pool (no OpenMP)";
+#endif
+  testing::TempDir dir;
+  auto active = testing::run_moe("bench --case tiny --iters 1 --warmup 0", dir.path(), "OMP_WAIT_POLICY=active");
+  ASSERT_EQ(active.exit_code, 0) << active.err;
+  EXPECT_NE(active.err.find("moe: warning: bench: OMP_WAIT_POLICY=ACTIVE"), std::string::npos) << active.err;
+  auto passive = testing::run_moe("bench --case tiny --iters 1 --warmup 0", dir.path(), "OMP_WAIT_POLICY=PASSIVE");
+  ASSERT_EQ(passive.exit_code, 0) << passive.err;
+  EXPECT_EQ(passive.err.find("warning"), std::string::npos) << passive.err;
+}
+
 // A bf16 bench where our level widens bf16 (MOE_GEMM_ISA=avx2): an f32 baseline, exit 0.
 TEST(CliBench, Avx2LevelHasAnF32Baseline) {
   if (!isa_supported(Isa::avx2)) GTEST_SKIP() << "no avx2 level here: " << isa_list(isa_available());

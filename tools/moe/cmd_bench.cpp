@@ -71,6 +71,8 @@ void run_bench_cmd(const BenchArgs& a) {
   auto rows = bench::run_bench(o, [&header](const bench::BenchResult& r) {
     if (!std::exchange(header, true)) {
       std::fputs(bench::format_setup_line(r.dense).c_str(), stdout);
+      if (const std::string w = DenseRunner::spin_warning(); !w.empty() && r.dense.impl == "onednn")
+        std::fprintf(stderr, "moe: warning: bench: %s\n", w.c_str());
       std::fputs(bench::format_table_header().c_str(), stdout);
     }
     std::fputs(bench::format_table_row(r).c_str(), stdout);
