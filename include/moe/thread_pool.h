@@ -36,8 +36,15 @@ class ThreadPool {
   void resize(int n_threads);
 
   // Runs fn(begin, end) over [0, n) split into chunks of at least `grain`
-  // items (about 16 chunks per thread, so the last chunks balance the threads).
+  // items (chunk_bounds: each takes 1/(2 * threads) of what is left, so the
+  // first are large and the last small, and the threads end together).
   void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
+
+  // The chunks of parallel_for(n, grain) on `threads` threads: their bounds
+  // 0 = b_0 < b_1 < ... < b_m = n. Each chunk is max(grain, ceil(left / (2 *
+  // threads))) items, left = n - b_i (the last may be shorter than grain). A
+  // function of (n, grain, threads) only, never of timing.
+  static void chunk_bounds(int64_t n, int64_t grain, int threads, std::vector<int64_t>& bounds);
 
   // The process-wide compute pool. Its size is MOE_NUM_THREADS if set, else
   // the hardware concurrency.
@@ -60,7 +67,8 @@ class ThreadPool {
   std::atomic<int> busy_{0};
   // Current job (valid while busy_ > 0 or the caller runs it).
   const std::function<void(int64_t, int64_t)>* fn_ = nullptr;
-  int64_t n_ = 0, chunk_ = 1, n_chunks_ = 0;
+  int64_t n_ = 0, n_chunks_ = 0;
+  std::vector<int64_t> bounds_;       // chunk c is [bounds_[c], bounds_[c + 1])
   std::atomic<int64_t> next_chunk_{0};
   std::exception_ptr error_;          // GUARDED_BY(mu_)
   std::mutex call_mu_;                // serializes parallel_for callers

@@ -79,6 +79,36 @@ TEST(ThreadPool, CoversRangeOnceAndRethrows) {
   EXPECT_EQ(total.load(), 100);
 }
 
+// The chunks shrink as the loop goes: each is max(grain, ceil(left / (2 * threads))) items, they
+// cover [0, n) in order, and the last ones are small, so the thread that takes the last chunk
+// holds the others up for little (a long GEMM's 1,280 tasks end with chunks of one task).
+TEST(ThreadPool, ChunksShrinkAsTheLoopGoes) {
+  std::vector<int64_t> b;
+  ThreadPool::chunk_bounds(1280, 1, 2, b);
+  ASSERT_GE(b.size(), 3u);
+  EXPECT_EQ(b.front(), 0);
+  EXPECT_EQ(b.back(), 1280);
+  EXPECT_EQ(b[1], 320);        // a quarter of the loop first (2 threads)
+  EXPECT_EQ(b[2] - b[1], 240);  // then a quarter of what is left
+  for (size_t i = 1; i + 1 < b.size(); ++i) {
+    const int64_t left = 1280 - b[i - 1];
+    EXPECT_EQ(b[i] - b[i - 1], (left + 3) / 4) << "chunk " << i - 1;
+    EXPECT_GE(b[i] - b[i - 1], b[i + 1] - b[i]) << "chunks never grow, chunk " << i - 1;
+  }
+  EXPECT_EQ(b[b.size() - 1] - b[b.size() - 2], 1);
+  EXPECT_LT(b.size(), 40u);  // few grabs of the shared counter
+  // At least `grain` items a chunk but the last; one chunk when n fits one; the same bounds every time.
+  ThreadPool::chunk_bounds(100, 16, 4, b);
+  for (size_t i = 1; i + 1 < b.size(); ++i) EXPECT_GE(b[i] - b[i - 1], 16);
+  EXPECT_EQ(b.back(), 100);
+  std::vector<int64_t> again;
+  ThreadPool::chunk_bounds(100, 16, 4, again);
+  EXPECT_EQ(b, again);
+  ThreadPool::chunk_bounds(5, 8, 2, b);
+  EXPECT_EQ(b, (std::vector<int64_t>{0, 5}));
+  ThreadPool::chunk_bounds(0, 1, 2, b);
+  EXPECT_EQ(b, (std::vector<int64_t>{0}));
+}
 
 // resize() replaces the workers between loops; loops before and after cover their range once,
 // and new workers never rerun a loop that ran before they started.
