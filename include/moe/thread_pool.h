@@ -67,7 +67,7 @@ class ThreadPool {
   std::atomic<int> busy_{0};
   // Current job (valid while busy_ > 0 or the caller runs it).
   const std::function<void(int64_t, int64_t)>* fn_ = nullptr;
-  int64_t n_ = 0, n_chunks_ = 0;
+  int64_t n_chunks_ = 0;             // bounds_.size() - 1 of the current loop
   std::vector<int64_t> bounds_;       // chunk c is [bounds_[c], bounds_[c + 1])
   std::atomic<int64_t> next_chunk_{0};
   std::exception_ptr error_;          // GUARDED_BY(mu_)

@@ -134,7 +134,6 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain, const std::function<void
   {
     std::lock_guard<std::mutex> lk(mu_);
     fn_ = &fn;
-    n_ = n;
     chunk_bounds(n, grain, size(), bounds_);
     n_chunks_ = int64_t(bounds_.size()) - 1;
     next_chunk_.store(0);
