@@ -44,13 +44,15 @@ link_args() { [[ $1 == unshaped ]] || echo "--link $1"; }
 # Predicts every variant measured in OUT/m_cluster_TAG.json from OUT/rates_cluster_TAG.json on the
 # 2-host cluster with RANKS ranks per host (one core per host), the link at BW GB/s and LAT us.
 predict() {  # TAG RANKS BW LAT
-  local v
-  for v in $(python3 -c 'import json,sys; print(" ".join(r["variant"] for r in json.load(open(sys.argv[1]))["dist_results"]))' \
-    "$OUT/m_cluster_$1.json"); do
-    $MOE plan --rates "$OUT/rates_cluster_$1.json" --bench-variant "$v" \
-      --cluster "hosts=2,cores=1,ranks_per_host=$2,threads=1,inter_bw=$3GB,inter_lat=$4us" \
+  local v probe cl="hosts=2,cores=1,ranks_per_host=$2,threads=1,inter_bw=$3GB,inter_lat=$4us"
+  while read -r v probe; do
+    $MOE plan --rates "$OUT/rates_cluster_$1.json" --bench-variant "$v" --cluster "$cl" \
       --json "$OUT/p_cluster_$1_$v.json" >/dev/null
-  done
+    # At the speed the paired probe saw during the measurement (q_*.json; plan_validate.sh).
+    [[ $probe == - ]] || $MOE plan --rates "$OUT/rates_cluster_$1.json" --bench-variant "$v" --cluster "$cl" \
+      --probe-ms "$probe" --json "$OUT/q_cluster_$1_$v.json" >/dev/null
+  done < <(python3 -c 'import json,sys; [print(r["variant"], r.get("speed_probe_ms", "-")) for r in json.load(open(sys.argv[1]))["dist_results"]]' \
+    "$OUT/m_cluster_$1.json")
 }
 if ((RPH == 1)); then
   for rate in "$@"; do
@@ -65,7 +67,7 @@ if ((RPH == 1)); then
         --out "$PWD/$OUT/rates_cluster_$tag.json"
       args=()
       for v in $VARIANTS; do args+=(--variant "$v"); done
-      $W -np 2 --map-by node "${ITEM5[@]}" -x MOE_NUM_THREADS=1 "$MOE" bench --dist collective_liveness_s=60 \
+      $W -np 2 --map-by node "${ITEM5[@]}" -x MOE_NUM_THREADS=1 "$MOE" bench --dist collective_liveness_s=60 --speed-probe 5 \
         --iters 5 --warmup 2 "${args[@]}" --json "$PWD/$OUT/m_cluster_$tag.json" || echo "bench failed at $tag"
       "$C" down --name plan
     fi
@@ -89,7 +91,7 @@ if ((RPH == 2)); then for rate in "$@"; do
   args=()
   for v in $VARIANTS; do args+=(--variant "$v"); done
   # A slow link under load can starve the watchdog's liveness probe: give it a minute.
-  $W -np 4 -x MOE_NUM_THREADS=1 "$MOE" bench --dist collective_liveness_s=60 --iters 5 --warmup 2 "${args[@]}" \
+  $W -np 4 -x MOE_NUM_THREADS=1 "$MOE" bench --dist collective_liveness_s=60 --speed-probe 5 --iters 5 --warmup 2 "${args[@]}" \
     --json "$PWD/$OUT/m_cluster_$rate.json" || echo "bench failed at $rate"
   "$C" down --name plan
   fi
@@ -116,8 +118,8 @@ python3 - "$OUT" "$RPH" "$@" <<'PY'
 import json, sys, os
 out, rph = sys.argv[1], int(sys.argv[2])
 what = "GB/s, α us (2 hosts x 1 rank)" if rph == 1 else "NIC GB/s (2 ranks per host), α us"
-print("| link (tc rate) | measured link: %s | variant | measured median ms (min-max) | predicted ms | predicted / measured | measured exposed ms | predicted exposed ms |" % what)
-print("|---|---|---|---|---|---|---|---|")
+print("| link (tc rate) | measured link: %s | variant | measured median ms (min-max) | predicted ms | predicted / measured | measured exposed ms | predicted exposed ms | paired probe: predicted ms, / measured |" % what)
+print("|---|---|---|---|---|---|---|---|---|")
 for rate in sys.argv[3:]:
     tag = "1x_" + rate if rph == 1 else rate
     if not os.path.exists(os.path.join(out, "m_cluster_%s.json" % tag)):
@@ -131,7 +133,12 @@ for rate in sys.argv[3:]:
     for r in json.load(open(os.path.join(out, "m_cluster_%s.json" % tag)))["dist_results"]:
         p = json.load(open(os.path.join(out, "p_cluster_%s_%s.json" % (tag, r["variant"]))))["ranked"][0]
         ratio = p["step_ms"] / r["median_ms"]
-        print("| %s | %.3f, %.0f | %s | %.1f (%.1f-%.1f) | %.1f | %.2f%s | %.1f | %.1f |" % (rate, bw, i["lat_us"],
+        qf = os.path.join(out, "q_cluster_%s_%s.json" % (tag, r["variant"]))
+        paired = "-"
+        if os.path.exists(qf):
+            q = json.load(open(qf))["ranked"][0]["step_ms"]
+            paired = "%.1f, %.2f%s" % (q, q / r["median_ms"], "" if abs(q / r["median_ms"] - 1) <= 0.2 else " **off**")
+        print("| %s | %.3f, %.0f | %s | %.1f (%.1f-%.1f) | %.1f | %.2f%s | %.1f | %.1f | %s |" % (rate, bw, i["lat_us"],
               r["variant"], r["median_ms"], r["min_ms"], r["max_ms"], p["step_ms"], ratio, "" if abs(ratio - 1) <= 0.2 else " **off**",
-              r["exposed_comm_ms"], p["exposed_comm_ms"]))
+              r["exposed_comm_ms"], p["exposed_comm_ms"], paired))
 PY

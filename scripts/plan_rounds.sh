@@ -6,7 +6,9 @@
 # round. Each script runs under `flock -x $LOCK` (default /tmp/moe_quiet.lock; LOCK= runs without),
 # so nothing else measured or built meanwhile, and the lock is let go between them.
 # Prints, per configuration, predicted / measured in every round, the rounds within 20%, and the
-# ratio of the medians over the rounds; then how many rows were within 20% in each round.
+# ratio of the medians over the rounds; then how many rows were within 20% in each round. Twice:
+# predicted from the round's calibrated rates, and at the speed the paired speed probe saw during
+# each measurement (`moe bench --dist --speed-probe`, `moe plan --probe-ms`).
 # Usage: [RATES_1X="unshaped 400mbit 1gbit"] scripts/plan_rounds.sh OUT_DIR ROUNDS [ITERS] [RATE]
 # RATES_1X: each round also runs `RPH=1 scripts/plan_cluster.sh` (2 hosts x 1 rank, item 5's
 # layout) at those link settings.
@@ -44,59 +46,70 @@ runs = [("np1_t1.json", "1 process, 1 thread"), ("np1_t1_T1024.json", "1 process
         ("np1_pool.json", "1 process, full pool"), ("np2.json", "mpirun -np 2"), ("np4.json", "mpirun -np 4")]
 def load(path):
     return json.load(open(path)) if os.path.exists(path) else None
-rows = {}  # (label, variant) -> per round (measured, predicted, measured exposed, predicted exposed)
-order = []
-for k in range(1, rounds + 1):
-    r = os.path.join(out, "r%d" % k)
-    sets = [(tag, label, "p_%s_%%s.json" % tag) for tag, label in runs]
-    for r1 in rates_1x:
-        sets.append(("cluster_1x_%s.json" % r1, "2 hosts x 1 rank, %s" % r1, "p_cluster_1x_%s_%%s.json" % r1))
-    if rate:
-        sets.append(("cluster_%s.json" % rate, "2 hosts x 2 ranks, %s" % rate, "p_cluster_%s_%%s.json" % rate))
-    for tag, label, pred in sets:
-        m = load(os.path.join(r, "m_" + tag))
-        if not m:
-            continue
-        for x in m["dist_results"]:
-            p = load(os.path.join(r, pred % x["variant"]))
-            if not p:
-                continue
-            p = p["ranked"][0]
-            key = (label, x["variant"])
-            if key not in rows:
-                rows[key] = {}
-                order.append(key)
-            rows[key][k] = (x["median_ms"], p["step_ms"], x["exposed_comm_ms"], p["exposed_comm_ms"])
 ok = lambda q: abs(q - 1) <= 0.2
-print("| run | variant | " + " | ".join("round %d: measured ms, predicted / measured" % k for k in range(1, rounds + 1)) +
-      " | rounds within 20% | median measured ms | median predicted ms | ratio of medians |")
-print("|---|---|" + "---|" * rounds + "---|---|---|---|")
 group = lambda key: "across hosts" if key[0].startswith("2 hosts") else "one host"
-per_round = {(k, g): [0, 0] for k in range(1, rounds + 1) for g in ("one host", "across hosts")}
-over = {g: [0, 0] for g in ("one host", "across hosts")}
-for key in order:
-    cells, within = [], 0
+
+# prefix "p": predicted from the round's calibrated rates; "q": at the speed the paired probe saw
+# during the measurement (moe plan --probe-ms; rounds from before the probe have no q files).
+def table(prefix, title):
+    rows = {}  # (label, variant) -> {round: (measured ms, predicted ms)}
+    order = []
     for k in range(1, rounds + 1):
-        if k not in rows[key]:
-            cells.append("-")
+        r = os.path.join(out, "r%d" % k)
+        sets = [(tag, label, "%s_%s_%%s.json" % (prefix, tag)) for tag, label in runs]
+        for r1 in rates_1x:
+            sets.append(("cluster_1x_%s.json" % r1, "2 hosts x 1 rank, %s" % r1, "%s_cluster_1x_%s_%%s.json" % (prefix, r1)))
+        if rate:
+            sets.append(("cluster_%s.json" % rate, "2 hosts x 2 ranks, %s" % rate, "%s_cluster_%s_%%s.json" % (prefix, rate)))
+        for tag, label, pred in sets:
+            m = load(os.path.join(r, "m_" + tag))
+            if not m:
+                continue
+            for x in m["dist_results"]:
+                p = load(os.path.join(r, pred % x["variant"]))
+                if not p:
+                    continue
+                key = (label, x["variant"])
+                if key not in rows:
+                    rows[key] = {}
+                    order.append(key)
+                rows[key][k] = (x["median_ms"], p["ranked"][0]["step_ms"])
+    if not rows:
+        return
+    print(title)
+    print()
+    print("| run | variant | " + " | ".join("round %d: measured ms, predicted / measured" % k for k in range(1, rounds + 1)) +
+          " | rounds within 20% | median measured ms | median predicted ms | ratio of medians |")
+    print("|---|---|" + "---|" * rounds + "---|---|---|---|")
+    per_round = {(k, g): [0, 0] for k in range(1, rounds + 1) for g in ("one host", "across hosts")}
+    over = {g: [0, 0] for g in ("one host", "across hosts")}
+    for key in order:
+        cells, within = [], 0
+        for k in range(1, rounds + 1):
+            if k not in rows[key]:
+                cells.append("-")
+                continue
+            m, p = rows[key][k]
+            q = p / m
+            within += ok(q)
+            per_round[(k, group(key))][0] += ok(q)
+            per_round[(k, group(key))][1] += 1
+            cells.append("%.1f, %.2f%s" % (m, q, "" if ok(q) else " **off**"))
+        mm = statistics.median(v[0] for v in rows[key].values())
+        pm = statistics.median(v[1] for v in rows[key].values())
+        over[group(key)][0] += ok(pm / mm)
+        over[group(key)][1] += 1
+        print("| %s | %s | %s | %d of %d | %.1f | %.1f | %.2f%s |" % (key[0], key[1], " | ".join(cells), within,
+              len(rows[key]), mm, pm, pm / mm, "" if ok(pm / mm) else " **off**"))
+    print()
+    for g in ("one host", "across hosts"):
+        if not over[g][1]:
             continue
-        m, p, _, _ = rows[key][k]
-        q = p / m
-        within += ok(q)
-        per_round[(k, group(key))][0] += ok(q)
-        per_round[(k, group(key))][1] += 1
-        cells.append("%.1f, %.2f%s" % (m, q, "" if ok(q) else " **off**"))
-    mm = statistics.median(v[0] for v in rows[key].values())
-    pm = statistics.median(v[1] for v in rows[key].values())
-    over[group(key)][0] += ok(pm / mm)
-    over[group(key)][1] += 1
-    print("| %s | %s | %s | %d of %d | %.1f | %.1f | %.2f%s |" % (key[0], key[1], " | ".join(cells), within,
-          len(rows[key]), mm, pm, pm / mm, "" if ok(pm / mm) else " **off**"))
-print()
-for g in ("one host", "across hosts"):
-    if not over[g][1]:
-        continue
-    for k in range(1, rounds + 1):
-        print("%s, round %d: %d of %d within 20%%" % (g, k, per_round[(k, g)][0], per_round[(k, g)][1]))
-    print("%s, ratio of the medians over the rounds: %d of %d within 20%%" % (g, over[g][0], over[g][1]))
+        for k in range(1, rounds + 1):
+            print("%s, round %d: %d of %d within 20%%" % (g, k, per_round[(k, g)][0], per_round[(k, g)][1]))
+        print("%s, ratio of the medians over the rounds: %d of %d within 20%%" % (g, over[g][0], over[g][1]))
+    print()
+
+table("p", "Predicted from each round's calibrated rates:")
+table("q", "Predicted at the speed the paired probe saw during each measurement (moe plan --probe-ms):")
 PY

@@ -20,7 +20,10 @@ $MOE plan --calibrate --out "$OUT/rates.json" --iters 5
 $MPI -np 2 $MOE plan --calibrate --rates "$OUT/rates.json" --out "$OUT/rates.json"
 $MPI -np 4 $MOE plan --calibrate --rates "$OUT/rates.json" --out "$OUT/rates.json"
 echo "load after calibration: $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$OUT/load.txt"
-B="bench --dist --iters $ITERS --warmup 2"
+# --speed-probe: every rank at once times a fixed one-thread step before and after each variant;
+# each variant is then predicted twice: from the calibrated rates (p_*.json) and at the speed the
+# probe saw during its measurement (q_*.json, moe plan --probe-ms).
+B="bench --dist --iters $ITERS --warmup 2 --speed-probe 5"
 MOE_NUM_THREADS=1 $MOE $B --variant compute_only_ep2_chunks4 --json "$OUT/m_np1_t1.json"
 MOE_NUM_THREADS=1 $MOE $B --variant compute_only_ep2_chunks4 --tokens 1024 --json "$OUT/m_np1_t1_T1024.json"
 $MOE $B --variant compute_only_ep2_chunks4 --json "$OUT/m_np1_pool.json"
@@ -29,14 +32,16 @@ MOE_NUM_THREADS=1 $MPI -np 4 $MOE $B --variant fsdp4+fsdp_all_gather --variant e
   --variant ep4_chunks4+all --variant baseline_ring4_chunks4 --json "$OUT/m_np4.json"
 echo "load after measurement: $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$OUT/load.txt"
 predict() {  # json tokens ranks threads tag
-  python3 - "$1" "$OUT/$5" <<'PY' | while read -r v; do
+  python3 - "$1" "$OUT/$5" <<'PY' | while read -r v probe; do
 import json, sys
 d = json.load(open(sys.argv[1]))
 for r in d["dist_results"]:
-    print(r["variant"])
+    print(r["variant"], r.get("speed_probe_ms", "-"))
 PY
     $MOE plan --rates "$OUT/rates.json" --bench-variant "$v" --tokens "$2" \
       --cluster "cores=$CORES,ranks_per_host=$3,threads=$4" --json "$OUT/p_$5_$v.json" >/dev/null
+    [[ $probe == - ]] || $MOE plan --rates "$OUT/rates.json" --bench-variant "$v" --tokens "$2" \
+      --cluster "cores=$CORES,ranks_per_host=$3,threads=$4" --probe-ms "$probe" --json "$OUT/q_$5_$v.json" >/dev/null
   done
 }
 predict "$OUT/m_np1_t1.json" 256 1 1 np1_t1.json
@@ -47,15 +52,22 @@ predict "$OUT/m_np4.json" 256 4 1 np4.json
 python3 - "$OUT" <<'PY'
 import json, sys, glob, os
 out = sys.argv[1]
-print("| run | variant | ranks | measured median ms (min-max) | predicted ms | predicted / measured | measured exposed ms | predicted exposed ms |")
-print("|---|---|---|---|---|---|---|---|")
+print("| run | variant | ranks | measured median ms (min-max) | predicted ms | predicted / measured | measured exposed ms | predicted exposed ms | speed probe ms (calibration) | paired: predicted ms, / measured |")
+print("|---|---|---|---|---|---|---|---|---|---|")
+cal = json.load(open(os.path.join(out, "rates.json"))).get("speed_probe_ms")
 for tag, label in [("np1_t1.json", "1 process, 1 thread"), ("np1_t1_T1024.json", "1 process, 1 thread, T=1024"),
                    ("np1_pool.json", "1 process, full pool"), ("np2.json", "mpirun -np 2"), ("np4.json", "mpirun -np 4")]:
     d = json.load(open(os.path.join(out, "m_" + tag)))
     for r in d["dist_results"]:
         p = json.load(open(os.path.join(out, "p_%s_%s.json" % (tag, r["variant"]))))["ranked"][0]
         ratio = p["step_ms"] / r["median_ms"]
-        print("| %s | %s | %d | %.1f (%.1f-%.1f) | %.1f | %.2f%s | %.1f | %.1f |" % (label, r["variant"], r["ranks"], r["median_ms"],
+        qf = os.path.join(out, "q_%s_%s.json" % (tag, r["variant"]))
+        probe, paired = "-", "-"
+        if os.path.exists(qf) and cal:
+            q = json.load(open(qf))["ranked"][0]["step_ms"]
+            probe = "%.1f (%.1f)" % (r["speed_probe_ms"], cal)
+            paired = "%.1f, %.2f%s" % (q, q / r["median_ms"], "" if abs(q / r["median_ms"] - 1) <= 0.2 else " **off**")
+        print("| %s | %s | %d | %.1f (%.1f-%.1f) | %.1f | %.2f%s | %.1f | %.1f | %s | %s |" % (label, r["variant"], r["ranks"], r["median_ms"],
               r["min_ms"], r["max_ms"], p["step_ms"], ratio, "" if abs(ratio - 1) <= 0.2 else " **off**",
-              r["exposed_comm_ms"], p["exposed_comm_ms"]))
+              r["exposed_comm_ms"], p["exposed_comm_ms"], probe, paired))
 PY

@@ -10,6 +10,8 @@
 #include "moe/dist_layer.h"
 #include "io/atomic_file.h"
 #include "moe/dist_runtime.h"
+#include "moe/mesh.h"
+#include "moe/thread_pool.h"
 #include "moe/trace_gather.h"
 
 namespace moe::bench {
@@ -97,13 +99,15 @@ double median_of(std::vector<Sample>& v, Field f) {
 }
 
 DistResult measure(const DistBenchOptions& o, const DistVariant& v, const Config& cfg, Communicator& comm) {
+  DistResult r;
+  if (o.speed_probe_iters > 0) r.probe_before_ms = speed_probe_ms(comm, o.speed_probe_iters);
   Rig rig;
   build_rig(rig, cfg, comm, o.tokens, o.seed);
   for (int i = 0; i < o.warmup; ++i) step_once(rig, comm);
   std::vector<Sample> steps;
   for (int i = 0; i < o.iters; ++i) steps.push_back(max_over_ranks(comm, step_once(rig, comm)));
   if (!o.trace_dir.empty()) write_trace(comm, *rig.trace, o.trace_dir + "/" + v.name + ".json");
-  DistResult r;
+  if (o.speed_probe_iters > 0) r.probe_after_ms = speed_probe_ms(comm, o.speed_probe_iters);
   r.variant = v.name, r.baseline = v.baseline, r.ranks = v.ranks(), r.iters = o.iters;
   std::vector<double> ms;
   for (const Sample& s : steps) ms.push_back(s[kStep]);
@@ -119,6 +123,39 @@ DistResult measure(const DistBenchOptions& o, const DistVariant& v, const Config
 }
 
 }  // namespace
+
+double speed_probe_ms(Communicator& comm, int iters) {
+  if (iters < 1) fail("speed probe: iters must be >= 1 (got ", iters, ")");
+  const Config cfg = dist_bench_config({});
+  std::unique_ptr<Communicator> self = make_single_process_comm();
+  Mesh mesh(*self, MeshShape{});
+  DistLayer layer(cfg, mesh, false, nullptr);
+  const LayerWeights w = layer.shard(init_weights(cfg, 1));
+  Case c;
+  c.name = "speed-probe", c.T = 256, c.D = cfg.emb_dim, c.F = cfg.moe_mlp_dim, c.E = cfg.num_experts;
+  c.K = cfg.num_experts_per_tok, c.seed = 1;
+  const CaseInputs in = case_inputs(c, uint64_t(comm.rank()) + 1);
+  ThreadPool& pool = ThreadPool::compute();
+  const int threads = pool.size();
+  pool.resize(1);
+  std::vector<double> mine;
+  for (int i = 0; i <= iters; ++i) {  // the first step warms up, untimed
+    comm.barrier();
+    const double t0 = now_ms();
+    LayerOutputs out;
+    DistForwardPtr f = layer.forward(w, in.x, nullptr, out);
+    LayerGrads g = layer.backward(*f, in.dy);
+    if (i > 0) mine.push_back(now_ms() - t0);
+  }
+  pool.resize(threads);
+  // Each step's slowest rank, then the median over steps (every rank gets all the times).
+  const int W = comm.size();
+  std::vector<double> all(mine.size() * size_t(W), 0.0), slowest(mine.size(), 0.0);
+  comm.all_gather(mine.data(), all.data(), mine.size() * sizeof(double));
+  for (size_t i = 0; i < mine.size(); ++i)
+    for (int q = 0; q < W; ++q) slowest[i] = std::max(slowest[i], all[size_t(q) * mine.size() + i]);
+  return summarize(slowest).median_ms;
+}
 
 std::vector<DistResult> run_dist_bench(const DistBenchOptions& o, Communicator& world,
                                        const std::function<void(const DistResult&)>& on_result) {

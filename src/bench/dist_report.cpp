@@ -61,6 +61,10 @@ std::string dist_results_json(const std::vector<DistResult>& results) {
       bytes[coll_kind_name(CollKind(k))] = r.bytes[size_t(k)];
     }
     j["collectives"] = counts, j["bytes"] = bytes, j["iters"] = r.iters;
+    if (r.probe_before_ms > 0) {
+      j["speed_probe_ms"] = (r.probe_before_ms + r.probe_after_ms) / 2;
+      j["speed_probe_before_ms"] = r.probe_before_ms, j["speed_probe_after_ms"] = r.probe_after_ms;
+    }
     rows.push_back(std::move(j));
   }
   nlohmann::ordered_json doc;

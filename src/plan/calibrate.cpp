@@ -401,6 +401,10 @@ Rates calibrate(const CalibrateOptions& o, Communicator& world) {
   r.isa = isa_name(active_isa());
   r.pool_threads = full;
   r.memcpy_gbps = memcpy_gbps();
+  // The speed probe around the kernel rates (Rates::probe_ms): a measurement that runs it too is
+  // predicted at the speed the machine had then (the cores change speed for minutes at a time).
+  const int probe_iters = std::max(2 * o.iters, 5);
+  const double probe_before = bench::speed_probe_ms(world, probe_iters);
   pool.resize(1);
   bool first = true;
   std::map<std::string, std::vector<double>> scalar;
@@ -460,6 +464,10 @@ Rates calibrate(const CalibrateOptions& o, Communicator& world) {
   r.combine_gbps = median(scalar["combine"]);
   r.combine_backward_gbps = median(scalar["combine_backward"]);
   r.permute_backward_gbps = median(scalar["permute_backward"]);
+  const double probe_after = bench::speed_probe_ms(world, probe_iters);
+  r.probe_ms = (probe_before + probe_after) / 2;
+  log("  speed probe: " + std::to_string(probe_before) + " ms before the rates, " +
+      std::to_string(probe_after) + " ms after");
   pool.resize(full);
   r.side_op_overhead_us = side_handoff_us();
   intra_link(r, world);

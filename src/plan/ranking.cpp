@@ -58,10 +58,10 @@ std::vector<Layout> candidate_layouts(const LayerShape& L, const Cluster& cl) {
 }
 
 std::vector<Prediction> rank_layouts(const LayerShape& L, const Cluster& cl, const Rates& r,
-                                     const std::vector<Layout>& candidates) {
+                                     const std::vector<Layout>& candidates, const ModelOptions& o) {
   std::vector<Prediction> out;
   for (const Layout& l : candidates) {
-    out.push_back(predict_step(L, l, cl, r));
+    out.push_back(predict_step(L, l, cl, r, o));
     out.back().ops.clear();
   }
   std::stable_sort(out.begin(), out.end(), [](const Prediction& a, const Prediction& b) {

@@ -16,7 +16,7 @@ namespace moe::plan {
 std::vector<Layout> candidate_layouts(const LayerShape& L, const Cluster& cl);
 // Predictions of the candidates, fastest first (ties: fewer side-engine targets, then name).
 std::vector<Prediction> rank_layouts(const LayerShape& L, const Cluster& cl, const Rates& r,
-                                     const std::vector<Layout>& candidates);
+                                     const std::vector<Layout>& candidates, const ModelOptions& o = {});
 // The largest terms of a prediction on the critical path: compute kinds and exposed communication.
 std::vector<std::pair<std::string, double>> dominant_terms(const Prediction& p, size_t n);
 // Why ranked[0] wins: its dominant terms and where it gains over ranked[1].

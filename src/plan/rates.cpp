@@ -146,6 +146,7 @@ std::string rates_json(const Rates& r) {
                 {"measured", r.intra_measured}};
   j["side_op_overhead_us"] = r.side_op_overhead_us;
   j["comm_cpu_ns_per_byte"] = r.comm_cpu_ns_per_byte;
+  if (r.probe_ms > 0) j["speed_probe_ms"] = r.probe_ms;
   j["contention"] = nlohmann::json::array();
   for (const Contention& c : r.contention) {
     nlohmann::json row = {{"ranks_per_core", c.ranks_per_core},
@@ -225,6 +226,7 @@ Rates parse_rates(const std::string& text, const std::string& where) {
   r.intra_measured = j["intra"].value("measured", false);
   r.side_op_overhead_us = positive(j, "side_op_overhead_us", where, true);
   r.comm_cpu_ns_per_byte = positive(j, "comm_cpu_ns_per_byte", where, true);
+  r.probe_ms = j.contains("speed_probe_ms") ? positive(j, "speed_probe_ms", where) : 0.0;  // optional
   if (j.contains("contention")) {  // optional: files written before it have no contention terms
     if (!j["contention"].is_array()) fail(where, ": field 'contention' must be a list of rows");
     for (size_t i = 0; i < j["contention"].size(); ++i) {

@@ -72,6 +72,11 @@ struct Rates {
   double comm_cpu_ns_per_byte = 0;    // host CPU per byte sent between hosts (TCP stack)
   // By ranks per core, ascending; none (a file from before them): no contention terms.
   std::vector<Contention> contention;
+  // The speed probe (bench::speed_probe_ms: one rank, one pool thread, a fixed forward + backward)
+  // around the kernel rates of the single-process calibration, ms (the mean of before and after);
+  // 0: not measured (a file from before it). A measurement that ran the same probe can be
+  // predicted at the machine's speed during it (ModelOptions::probe_ms).
+  double probe_ms = 0;
 
   // The point's GFLOP/s for (dtype, D, F, rows per expert): the nearest calibrated D·F of that
   // dtype (else any dtype), interpolated in log(rows per expert), clamped at the ends.

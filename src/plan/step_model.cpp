@@ -5,6 +5,8 @@
 #include <functional>
 #include <sstream>
 
+#include "moe/error.h"
+
 namespace moe::plan {
 
 std::string Layout::offload_text() const {
@@ -223,7 +225,19 @@ struct Step {
   }
 };
 
-Step make_step(const LayerShape& L, const Layout& lay, const Cluster& cl, const Rates& r, Sim& sim) {
+}  // namespace
+
+double compute_slowdown(const Cluster& cl, const Rates& r, const ModelOptions& o) {
+  const double rpc = cl.cores > 0 ? double(cl.ranks_per_host) / cl.cores : 0;
+  if (o.probe_ms <= 0) return r.compute_slowdown_at(rpc);
+  if (r.probe_ms <= 0) fail("a paired speed probe needs rates with speed_probe_ms (calibrate them again)");
+  return o.probe_ms / (r.probe_ms * std::max(1.0, rpc));
+}
+
+namespace {
+
+Step make_step(const LayerShape& L, const Layout& lay, const Cluster& cl, const Rates& r, Sim& sim,
+               const ModelOptions& o) {
   Step s{L, lay, cl, r, sim, 1, 2, 4, {}, {}, {}, {}, {}, {}, {}, 1, 1, 1, 1};
   const int threads = cl.threads > 0 ? cl.threads : std::max(1, int(std::floor(cl.cores_per_rank())));
   s.b = double(dtype_size(L.dtype));
@@ -256,8 +270,7 @@ Step make_step(const LayerShape& L, const Layout& lay, const Cluster& cl, const 
   // The pool's speedup at the step's rows per expert; ranks sharing cores also slow each other's
   // compute (rates.h, Contention::compute_slowdown).
   const GemmPoint at = r.ffn_at(L.dtype, L.D, L.F, double(s.Rc) / double(s.El));
-  s.speed = r.speed(cl.cores_per_rank(), threads, &at) /
-            r.compute_slowdown_at(cl.cores > 0 ? double(cl.ranks_per_host) / cl.cores : 0);
+  s.speed = r.speed(cl.cores_per_rank(), threads, &at) / compute_slowdown(cl, r, o);
   return s;
 }
 
@@ -457,7 +470,7 @@ Prediction predict_step(const LayerShape& L, const Layout& lay, const Cluster& c
   const double steal = o.steal >= 0 ? o.steal : std::clamp(2 - cl.cores_per_rank(), 0.0, 1.0);
   ContentionModel cm{&r, cl.cores > 0 ? double(cl.ranks_per_host) / cl.cores : 0};
   Sim sim(p, steal, r.side_op_overhead_us * 1e-6, cm);
-  Step s = make_step(L, lay, cl, r, sim);
+  Step s = make_step(L, lay, cl, r, sim, o);
   const double T = double(L.T), D = double(L.D), E = double(L.E);
   // Forward (DistLayer::forward).
   Ev up, down;

@@ -66,7 +66,19 @@ struct ModelOptions {
   // Fraction of a side-engine op's CPU work that the compute thread loses when both share a
   // core: clamp(2 - cores per rank, 0, 1) unless set (>= 0).
   double steal = -1;
+  // The speed probe's time during the measurement being predicted (bench::speed_probe_ms: every
+  // rank of the host at once, the slowest rank's median, ms); 0: none. When given, the ranks'
+  // compute runs probe_ms / (Rates::probe_ms x max(1, ranks per core)) times slower than the
+  // calibrated rates (the time slices are counted apart), in place of the calibrated
+  // compute_slowdown: the machine's speed and its ranks' contention as they were during that
+  // measurement (the machine's cores change speed for minutes at a time, docs/distributed.md).
+  double probe_ms = 0;
 };
+
+// The factor the ranks' compute runs slower than the calibrated rates on this cluster: the rates'
+// compute_slowdown at its ranks per core, or the paired probe's (ModelOptions::probe_ms; throws when
+// the rates have no probe of their own).
+double compute_slowdown(const Cluster& cl, const Rates& r, const ModelOptions& o);
 
 // REQUIRES: layout.ranks() == cluster.ranks(); E % expert == 0; D % fsdp == 0 (check_layout says why not).
 Prediction predict_step(const LayerShape& L, const Layout& lay, const Cluster& cl, const Rates& r,

@@ -324,6 +324,49 @@ TEST(PlanContention, RatesFileRoundTripsAndOldFilesLoad) {
       << error_of([&] { parse_rates(bad, "f.json"); });
 }
 
+// The paired speed probe (ModelOptions::probe_ms) replaces the calibrated slowdown: the compute
+// runs probe / (rates' probe x max(1, ranks per core)) times the calibrated rates, faster too.
+TEST(PlanStep, PairedProbeScalesTheComputeInPlaceOfTheSlowdown) {
+  Rates r = round_rates();
+  r.probe_ms = 20;
+  const LayerShape L = small_layer();
+  Cluster one;
+  one.cores = 1;  // one rank on one core: ranks per core 1
+  const Prediction base = predict_step(L, Layout{}, one, r);
+  ModelOptions slow;
+  slow.probe_ms = 30;  // the machine 1.5x slower than at calibration
+  EXPECT_NEAR(compute_slowdown(one, r, slow), 1.5, 1e-12);
+  EXPECT_NEAR(predict_step(L, Layout{}, one, r, slow).step_s, 1.5 * base.step_s, 1e-12);
+  ModelOptions fast;
+  fast.probe_ms = 16;
+  EXPECT_NEAR(predict_step(L, Layout{}, one, r, fast).step_s, 0.8 * base.step_s, 1e-12);
+  // The calibrated slowdown is not applied on top of the probe's.
+  r.set_contention(row(1, {}, {}, 0, 1.3));
+  EXPECT_NEAR(compute_slowdown(one, r, {}), 1.3, 1e-12);
+  EXPECT_NEAR(predict_step(L, Layout{}, one, r, slow).step_s, 1.5 * base.step_s, 1e-12);
+  // Two ranks per core: the time slices are the cores' share (0.5 of a core each, as before); the
+  // probe of both ranks at once takes at least twice one rank's time, and only what is beyond that
+  // slows the compute: 50 ms against 2 x 20 is 1.25.
+  Cluster shared;
+  shared.cores = 1, shared.ranks_per_host = 2;
+  Layout ep2;
+  ep2.expert = 2;
+  ModelOptions both;
+  both.probe_ms = 50;
+  EXPECT_NEAR(compute_slowdown(shared, r, both), 1.25, 1e-12);
+  const Prediction pb = predict_step(L, ep2, shared, r, both);
+  ModelOptions even;
+  even.probe_ms = 40;
+  EXPECT_NEAR(pb.compute_s, 1.25 * predict_step(L, ep2, shared, r, even).compute_s, 1e-12);
+  // Rates without a probe of their own: a clear error.
+  Rates old = round_rates();
+  EXPECT_NE(error_of([&] { predict_step(L, Layout{}, one, old, slow); }).find("speed_probe_ms"),
+            std::string::npos);
+  // The rates file keeps the probe; a file without it loads with none.
+  EXPECT_DOUBLE_EQ(parse_rates(rates_json(r), "mem").probe_ms, 20.0);
+  EXPECT_DOUBLE_EQ(parse_rates(rates_json(old), "mem").probe_ms, 0.0);
+}
+
 TEST(PlanStep, ContentionWaitOfInlineCollectivesHandComputed) {
   Rates r = round_rates();
   Cluster cl;

@@ -38,6 +38,8 @@ void run(const BenchDistArgs& a, Communicator& w) {
   apply_collective_liveness(o.base.collective_liveness_s);
   o.tokens = a.tokens, o.iters = a.iters, o.warmup = a.warmup, o.seed = a.seed, o.variants = a.variants;
   o.trace_dir = a.trace_dir;
+  o.speed_probe_iters = a.speed_probe;
+  if (a.speed_probe < 0) fail("--speed-probe must be >= 0 (got ", a.speed_probe, ")");
   if (o.tokens < 1) fail("--tokens must be >= 1 (got ", o.tokens, ")");
   if (!a.json.empty()) check_output_dir(a.json, "--json");
   const bool root = w.rank() == 0;

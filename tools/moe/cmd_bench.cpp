@@ -116,6 +116,9 @@ void add_bench(CLI::App& app) {
                 "--dist: only time an all-to-all of this many MB per rank (link probe)");
   c->add_option("--probe-calls", a->d.probe_calls,
                 "--dist: split the probe's bytes over this many all-to-alls");
+  c->add_option("--speed-probe", a->d.speed_probe,
+                "--dist: time a fixed one-thread step on every rank at once, N steps before and after each "
+                "variant (the JSON's speed_probe_ms, for moe plan --probe-ms)");
   c->add_option("--trace-dir", a->d.trace_dir,
                 "--dist: write each variant's last timed step as DIR/<variant>.json (Chrome trace)");
   c->add_option("--tokens", a->d.tokens, "--dist: tokens per rank (default 256)");

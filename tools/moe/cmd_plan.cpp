@@ -3,7 +3,7 @@
 //   mpirun -np 2 moe plan --calibrate --rates IN --out FILE      + the shared-memory link's α, β
 //   mpirun -np N moe plan --calibrate --rates IN --out FILE      + the contention of N ranks on this host
 //   moe plan --rates FILE [--cluster SPEC] (--case NAME | --config C [key=value ...] | --bench-variant NAME)
-//            [--tokens N] [--top N] [--json FILE]                 rank the layouts, say why the first wins
+//            [--tokens N] [--top N] [--probe-ms MS] [--json FILE]  rank the layouts, say why the first wins
 //   moe plan --rates FILE --sweep [--json FILE]                   8 to 1024 hosts at 10 and 100 Gbit/s
 #include <algorithm>
 #include <cstdio>
@@ -31,6 +31,7 @@ struct PlanArgs {
   std::vector<std::string> overrides;
   int64_t tokens = 0;
   int iters = 3, top = 12;
+  double probe_ms = 0;
 };
 
 void run_calibrate(const PlanArgs& a) {
@@ -155,6 +156,15 @@ void run_plan(const PlanArgs& a) {
   if (!a.json.empty()) check_output_dir(a.json, "--json");
   const plan::Cluster cl = cluster_of(a.cluster);  // a bad cluster string fails before anything is read
   const plan::Rates r = plan::read_rates(a.rates);
+  plan::ModelOptions mo;
+  if (a.probe_ms != 0) {
+    if (!(a.probe_ms > 0)) fail("--probe-ms must be > 0 (got ", a.probe_ms, ")");
+    if (a.sweep) fail("--probe-ms is the speed probe of one measured run: it does not apply to --sweep");
+    if (r.probe_ms <= 0)
+      fail("--probe-ms: ", a.rates,
+           " has no speed_probe_ms (calibrated before the probe existed): run moe plan --calibrate again");
+    mo.probe_ms = a.probe_ms;
+  }
   nlohmann::json doc;
   if (a.sweep) {
     std::vector<plan::LayerShape> layers;
@@ -190,7 +200,12 @@ void run_plan(const PlanArgs& a) {
         in.fixed ? std::vector<plan::Layout>{in.layout} : plan::candidate_layouts(in.L, cl);
     if (cands.empty())
       fail("moe plan: no layout of ", cl.ranks(), " ranks fits this layer (E=", in.L.E, ", D=", in.L.D, ")");
-    const auto ranked = plan::rank_layouts(in.L, cl, r, cands);
+    if (mo.probe_ms > 0)
+      std::printf(
+          "paired speed probe: %.2f ms during the measurement against %.2f ms at calibration: compute "
+          "%.3fx the calibrated rates (in place of the calibrated slowdown %.3f)\n",
+          mo.probe_ms, r.probe_ms, plan::compute_slowdown(cl, r, mo), plan::compute_slowdown(cl, r, {}));
+    const auto ranked = plan::rank_layouts(in.L, cl, r, cands, mo);
     std::printf("%-48s %10s %10s %10s %10s\n", "layout (predicted)", "step ms", "compute", "exposed", "comm");
     for (size_t i = 0; i < ranked.size() && int(i) < a.top; ++i)
       std::fputs(plan::format_prediction(ranked[i]).c_str(), stdout);
@@ -205,7 +220,8 @@ void run_plan(const PlanArgs& a) {
                     {"K", in.L.K},
                     {"dtype", dtype_name(in.L.dtype)}};
     doc["why"] = plan::explain_winner(ranked);
-    const plan::Prediction full = plan::predict_step(in.L, ranked[0].layout, cl, r);
+    if (mo.probe_ms > 0) doc["probe_ms"] = mo.probe_ms, doc["rates_probe_ms"] = r.probe_ms;
+    const plan::Prediction full = plan::predict_step(in.L, ranked[0].layout, cl, r, mo);
     for (size_t i = 0; i < ranked.size(); ++i)
       doc["ranked"].push_back(
           nlohmann::json::parse(plan::prediction_json(i == 0 ? full : ranked[i], i == 0)));
@@ -254,6 +270,9 @@ void add_plan(CLI::App& app) {
   c->add_option("--top", a->top, "Ranked layouts to print (default 12)");
   c->add_flag("--sweep", a->sweep,
               "Predictions from 8 to 1024 hosts at 10 and 100 Gbit/s (seed-mixtral, many-experts)");
+  c->add_option("--probe-ms", a->probe_ms,
+                "The speed probe of the measured run (moe bench --dist --speed-probe): predict at the "
+                "machine's speed then");
   c->add_option("--json", a->json, "Write the predictions as JSON");
   c->add_option("overrides", a->overrides, "key=value overrides of --config or of the --bench-variant layer");
   c->callback([a] {
