@@ -191,48 +191,66 @@ Contention contention_probe(const CalibrateOptions& o, Communicator& world, int 
   // its tokens, the T per rank of the validation's mpirun runs; a 16-token forward is bound by the
   // weights' memory traffic and over-states it) on rank 0 alone (the others sleep in a polled
   // all-gather), then on every rank at once; the ratio to what the time slices alone give
-  // (max(1, ranks per core)).
+  // (max(1, ranks per core)). Twice: with the shape's E experts (every rank holds the whole layer,
+  // as under FSDP), then with E / W (each rank's share under expert parallelism, the same tokens):
+  // ranks whose weights are smaller contend less for the caches and memory (on 2 cores, 4 ranks of
+  // 2 experts 1.02, of 8 experts 1.05-1.15).
   LayerShape Ls = o.shapes.front();
   Ls.T = std::max<int64_t>(Ls.T / 4, 1);
   bench::Case cs = c;
   cs.T = Ls.T;
   const bench::CaseInputs ins = bench::case_inputs(cs, uint64_t(world.rank()) + 1);
-  auto timed_block = [&](std::vector<double>& t) {
-    const double t0 = bench::now_ms();
-    LayerOutputs out;
-    DistForwardPtr f = layer.forward(w, ins.x, nullptr, out);
-    LayerGrads g = layer.backward(*f, ins.dy);
-    t.push_back((bench::now_ms() - t0) * 1e-3);
-  };
-  std::vector<double> alone, together;
-  double alone_s = 0;
-  if (world.rank() == 0)
-    for (int i = 0; i <= iters; ++i) timed_block(alone);
-  if (world.rank() == 0) alone.erase(alone.begin()), alone_s = median(alone);
-  {
-    std::vector<double> all(size_t(W), 0.0);
-    polite->all_gather(&alone_s, all.data(), sizeof alone_s);
-    alone_s = all[0];
-  }
-  for (int i = 0; i <= iters; ++i) {
-    world.barrier();
-    timed_block(together);
-  }
-  together.erase(together.begin());
-  // The median over blocks of the slowest rank of each block: a step goes at its slowest rank's
-  // pace, and ranks differ persistently here (a core that runs slower for seconds: `moe bench
-  // --dist` traces show one rank of a pair slower on every op of a step), which the mean rank
-  // would miss. Logged beside it, the mean over ranks of each rank's median.
-  const double mean_rank_s = mean_over_ranks(median(together));
-  double together_s = 0;
-  {
+  // (together_s, alone_s) of `lay`: the median over blocks of the slowest rank of each block (a
+  // step goes at its slowest rank's pace, and ranks differ persistently here: a core that runs
+  // slower for seconds, which the mean rank would miss), and rank 0's median alone.
+  auto slowdown_of = [&](DistLayer& lay, const LayerWeights& lw, const char* what) {
+    auto timed_block = [&](std::vector<double>& t) {
+      const double t0 = bench::now_ms();
+      LayerOutputs out;
+      DistForwardPtr f = lay.forward(lw, ins.x, nullptr, out);
+      LayerGrads g = lay.backward(*f, ins.dy);
+      t.push_back((bench::now_ms() - t0) * 1e-3);
+    };
+    std::vector<double> alone, together;
+    double alone_s = 0;
+    if (world.rank() == 0)
+      for (int i = 0; i <= iters; ++i) timed_block(alone);
+    if (world.rank() == 0) alone.erase(alone.begin()), alone_s = median(alone);
+    {
+      std::vector<double> all(size_t(W), 0.0);
+      polite->all_gather(&alone_s, all.data(), sizeof alone_s);
+      alone_s = all[0];
+    }
+    for (int i = 0; i <= iters; ++i) {
+      world.barrier();
+      timed_block(together);
+    }
+    together.erase(together.begin());
+    const double mean_rank_s = mean_over_ranks(median(together));
     std::vector<double> all(together.size() * size_t(W), 0.0), slowest(together.size(), 0.0);
     world.all_gather(together.data(), all.data(), together.size() * sizeof(double));
     for (size_t i = 0; i < together.size(); ++i)
       for (int q = 0; q < W; ++q) slowest[i] = std::max(slowest[i], all[size_t(q) * together.size() + i]);
-    together_s = median(slowest);
+    const double together_s = median(slowest);
+    const double slow = std::max(together_s / (alone_s * std::max(1.0, ct.ranks_per_core)), 1.0);
+    if (world.rank() == 0 && o.log)
+      o.log(std::string("  ") + what + ": " + std::to_string(together_s * 1e3).substr(0, 6) + " ms (slowest rank; mean rank " +
+            std::to_string(mean_rank_s * 1e3).substr(0, 6) + ") against " + std::to_string(alone_s * 1e3).substr(0, 6) +
+            " ms alone -> slowdown " + std::to_string(slow).substr(0, 5));
+    return slow;
+  };
+  ct.compute_slowdown = slowdown_of(layer, w, "the whole layer on every rank");
+  ct.weight_bytes = expert_weight_bytes(L, L.E);
+  if (L.E / W >= 1 && W > 1) {
+    LayerShape Lsmall = L;
+    Lsmall.E = L.E / W;
+    Lsmall.K = std::min(L.K, Lsmall.E);
+    Config small_cfg = layer_config(Lsmall);
+    DistLayer small(small_cfg, mesh, false, nullptr);
+    const LayerWeights sw = small.shard(init_weights(small_cfg, 1));
+    ct.small_compute_slowdown = slowdown_of(small, sw, ("E/W = " + std::to_string(Lsmall.E) + " experts").c_str());
+    ct.small_weight_bytes = expert_weight_bytes(Lsmall, Lsmall.E);
   }
-  ct.compute_slowdown = std::max(together_s / (alone_s * std::max(1.0, ct.ranks_per_core)), 1.0);
   std::string curve;
   double back_to_back = 0;  // k = 0: the all-to-all's own cost, which the α–β terms already give
   double work4_alone = 0;   // this rank's four forwards with every rank computing, nothing in flight
@@ -347,12 +365,9 @@ Contention contention_probe(const CalibrateOptions& o, Communicator& world, int 
         "four forwards %.3f ms alone, %.3f ms beside %d of them -> side_cpu_frac %.3f; %s",
         (long long)block, side_s[0] * 1e3, side_s[1] * 1e3, ct.side_busy_s * 1e6, work4_alone * 1e3,
         median(stretched) * 1e3, reps, ct.side_cpu_frac, ag_text);
-    o.log("  contention at " + std::to_string(ct.ranks_per_core).substr(0, 4) + " ranks per core: compute " +
-          std::to_string(together_s * 1e3).substr(0, 6) + " ms on every rank (the slowest rank per block; the mean rank " +
-          std::to_string(mean_rank_s * 1e3).substr(0, 6) + " ms), " +
-          std::to_string(alone_s * 1e3).substr(0, 6) + " ms alone -> slowdown " +
-          std::to_string(ct.compute_slowdown).substr(0, 5) + "; a chunk's all-to-all after compute of" + curve +
-          b);
+    o.log("  contention at " + std::to_string(ct.ranks_per_core).substr(0, 4) + " ranks per core: slowdown " +
+          std::to_string(ct.compute_slowdown).substr(0, 5) + " (" + std::to_string(ct.small_compute_slowdown).substr(0, 5) +
+          " with E/W experts); a chunk's all-to-all after compute of" + curve + b);
   }
   return ct;
 }

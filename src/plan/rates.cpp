@@ -91,9 +91,15 @@ double Rates::side_cpu_frac_at(double rpc) const {
   return over_rows(contention, rpc, [](const Contention& row) { return row.side_cpu_frac; });
 }
 
-double Rates::compute_slowdown_at(double rpc) const {
+double Contention::slowdown_at(double bytes) const {
+  if (bytes <= 0 || small_weight_bytes <= 0 || weight_bytes <= small_weight_bytes) return compute_slowdown;
+  const double t = std::clamp(std::log(bytes / small_weight_bytes) / std::log(weight_bytes / small_weight_bytes), 0.0, 1.0);
+  return small_compute_slowdown + t * (compute_slowdown - small_compute_slowdown);
+}
+
+double Rates::compute_slowdown_at(double rpc, double weight_bytes) const {
   return over_rows(
-      contention, rpc, [](const Contention& row) { return row.compute_slowdown; }, 1.0);
+      contention, rpc, [&](const Contention& row) { return row.slowdown_at(weight_bytes); }, 1.0);
 }
 
 double Rates::ag_bw_at(double rpc) const {
@@ -154,6 +160,10 @@ std::string rates_json(const Rates& r) {
                           {"compute_slowdown", c.compute_slowdown},
                           {"side_cpu_frac", c.side_cpu_frac}};
     if (c.ag_bw_Bps > 0) row["ag_bw_gbps"] = c.ag_bw_Bps / 1e9;
+    if (c.small_weight_bytes > 0 && c.weight_bytes > 0) {
+      row["weight_mb"] = c.weight_bytes / 1e6, row["small_weight_mb"] = c.small_weight_bytes / 1e6;
+      row["small_compute_slowdown"] = c.small_compute_slowdown;
+    }
     row["compute_us"] = nlohmann::json::array();
     row["wait_us"] = nlohmann::json::array();
     for (size_t i = 0; i < c.compute_s.size(); ++i)
@@ -240,6 +250,14 @@ Rates parse_rates(const std::string& text, const std::string& where) {
       row.side_cpu_frac = c.contains("side_cpu_frac") ? positive(c, "side_cpu_frac", at, true) : 0.0;
       if (row.side_cpu_frac > 1) fail(at, ": 'side_cpu_frac' must be in [0, 1], got ", row.side_cpu_frac);
       row.ag_bw_Bps = c.contains("ag_bw_gbps") ? positive(c, "ag_bw_gbps", at) * 1e9 : 0.0;  // optional
+      if (c.contains("small_weight_mb")) {  // optional: the slowdown of smaller weights
+        row.weight_bytes = positive(c, "weight_mb", at) * 1e6;
+        row.small_weight_bytes = positive(c, "small_weight_mb", at) * 1e6;
+        row.small_compute_slowdown = positive(c, "small_compute_slowdown", at);
+        if (row.small_weight_bytes >= row.weight_bytes)
+          fail(at, ": 'small_weight_mb' must be below 'weight_mb' (got ", row.small_weight_bytes / 1e6, " and ",
+               row.weight_bytes / 1e6, ")");
+      }
       for (const char* key : {"compute_us", "wait_us"})
         if (!c.contains(key) || !c[key].is_array() || c[key].size() != c["compute_us"].size())
           fail(at, ": fields 'compute_us' and 'wait_us' must be lists of the same length");

@@ -47,6 +47,13 @@ struct Contention {
   std::vector<double> compute_s, wait_s;  // ascending compute_s
   double side_busy_s = 0;
   double compute_slowdown = 1;
+  // compute_slowdown is measured with ranks that each hold the whole calibrated layer
+  // (weight_bytes, expert_weight_bytes), and again with E / ranks experts each
+  // (small_weight_bytes, small_compute_slowdown): smaller weights contend less for the caches and
+  // memory. Between the two, linear in log(bytes); outside, the nearer one. 0 bytes: not measured
+  // (compute_slowdown at any size).
+  double weight_bytes = 0, small_weight_bytes = 0, small_compute_slowdown = 1;
+  double slowdown_at(double weight_bytes) const;
   double side_cpu_frac = 0;  // in [0, 1]
   double ag_bw_Bps = 0;
   double wait_after(double compute_s) const;
@@ -91,7 +98,9 @@ struct Rates {
   double wait_at(double ranks_per_core, double compute_s) const;
   double side_busy_at(double ranks_per_core) const;
   double side_cpu_frac_at(double ranks_per_core) const;
-  double compute_slowdown_at(double ranks_per_core) const;  // 1 at 0 ranks per core
+  // 1 at 0 ranks per core; at the ranks' expert weight bytes (Contention::slowdown_at; 0: the whole
+  // calibrated layer's).
+  double compute_slowdown_at(double ranks_per_core, double weight_bytes = 0) const;
   // The measured all-gather bandwidth at `ranks_per_core`: linear between the rows that measured
   // it, the nearest such row beyond them; 0 when none did.
   double ag_bw_at(double ranks_per_core) const;

@@ -227,11 +227,18 @@ struct Step {
 
 }  // namespace
 
-double compute_slowdown(const Cluster& cl, const Rates& r, const ModelOptions& o) {
+double expert_weight_bytes(const LayerShape& L, int64_t experts) {
+  const double copies = double(dtype_size(L.weight_dtype)) + (L.weight_dtype != L.dtype ? double(dtype_size(L.dtype)) : 0);
+  return double(experts) * 3 * double(L.D) * double(L.F) * copies;
+}
+
+double compute_slowdown(const LayerShape& L, const Layout& lay, const Cluster& cl, const Rates& r,
+                        const ModelOptions& o) {
   const double rpc = cl.cores > 0 ? double(cl.ranks_per_host) / cl.cores : 0;
-  if (o.probe_ms <= 0) return r.compute_slowdown_at(rpc);
+  const double slow = r.compute_slowdown_at(rpc, expert_weight_bytes(L, L.E / std::max(1, lay.expert)));
+  if (o.probe_ms <= 0) return slow;
   if (r.probe_ms <= 0) fail("a paired speed probe needs rates with speed_probe_ms (calibrate them again)");
-  return o.probe_ms / (r.probe_ms * std::max(1.0, rpc));
+  return slow * o.probe_ms / (r.probe_ms * std::max(1.0, rpc) * r.compute_slowdown_at(rpc));
 }
 
 namespace {
@@ -270,7 +277,7 @@ Step make_step(const LayerShape& L, const Layout& lay, const Cluster& cl, const 
   // The pool's speedup at the step's rows per expert; ranks sharing cores also slow each other's
   // compute (rates.h, Contention::compute_slowdown).
   const GemmPoint at = r.ffn_at(L.dtype, L.D, L.F, double(s.Rc) / double(s.El));
-  s.speed = r.speed(cl.cores_per_rank(), threads, &at) / compute_slowdown(cl, r, o);
+  s.speed = r.speed(cl.cores_per_rank(), threads, &at) / compute_slowdown(L, lay, cl, r, o);
   return s;
 }
 

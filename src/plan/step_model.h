@@ -68,17 +68,23 @@ struct ModelOptions {
   double steal = -1;
   // The speed probe's time during the measurement being predicted (bench::speed_probe_ms: every
   // rank of the host at once, the slowest rank's median, ms); 0: none. When given, the ranks'
-  // compute runs probe_ms / (Rates::probe_ms x max(1, ranks per core)) times slower than the
-  // calibrated rates (the time slices are counted apart), in place of the calibrated
-  // compute_slowdown: the machine's speed and its ranks' contention as they were during that
-  // measurement (the machine's cores change speed for minutes at a time, docs/distributed.md).
+  // compute is scaled by how much slower (or faster) the probe ran than the calibration predicts
+  // for it (compute_slowdown): the machine's speed as it was during that measurement (the
+  // machine's cores change speed for minutes at a time, docs/distributed.md).
   double probe_ms = 0;
 };
 
+// Bytes of the expert weights a rank's compute touches per step with `experts` local experts: the
+// stored weights (3·D·F each), and their cast copies when the compute dtype differs.
+double expert_weight_bytes(const LayerShape& L, int64_t experts);
+
 // The factor the ranks' compute runs slower than the calibrated rates on this cluster: the rates'
-// compute_slowdown at its ranks per core, or the paired probe's (ModelOptions::probe_ms; throws when
-// the rates have no probe of their own).
-double compute_slowdown(const Cluster& cl, const Rates& r, const ModelOptions& o);
+// compute slowdown at its ranks per core and the layout's expert weight bytes per rank; with a
+// paired probe (ModelOptions::probe_ms; throws when the rates have no probe of their own) times
+// the probe's time over what the calibration predicts for it (Rates::probe_ms x max(1, ranks per
+// core) x the slowdown of the whole calibrated layer): the machine's speed during that measurement.
+double compute_slowdown(const LayerShape& L, const Layout& lay, const Cluster& cl, const Rates& r,
+                        const ModelOptions& o);
 
 // REQUIRES: layout.ranks() == cluster.ranks(); E % expert == 0; D % fsdp == 0 (check_layout says why not).
 Prediction predict_step(const LayerShape& L, const Layout& lay, const Cluster& cl, const Rates& r,

@@ -324,8 +324,9 @@ TEST(PlanContention, RatesFileRoundTripsAndOldFilesLoad) {
       << error_of([&] { parse_rates(bad, "f.json"); });
 }
 
-// The paired speed probe (ModelOptions::probe_ms) replaces the calibrated slowdown: the compute
-// runs probe / (rates' probe x max(1, ranks per core)) times the calibrated rates, faster too.
+// The paired speed probe (ModelOptions::probe_ms) scales the compute by the probe's time over what
+// the calibration predicts for it (rates' probe x max(1, ranks per core) x the whole layer's
+// slowdown), slower or faster.
 TEST(PlanStep, PairedProbeScalesTheComputeInPlaceOfTheSlowdown) {
   Rates r = round_rates();
   r.probe_ms = 20;
@@ -335,14 +336,15 @@ TEST(PlanStep, PairedProbeScalesTheComputeInPlaceOfTheSlowdown) {
   const Prediction base = predict_step(L, Layout{}, one, r);
   ModelOptions slow;
   slow.probe_ms = 30;  // the machine 1.5x slower than at calibration
-  EXPECT_NEAR(compute_slowdown(one, r, slow), 1.5, 1e-12);
+  EXPECT_NEAR(compute_slowdown(L, Layout{}, one, r, slow), 1.5, 1e-12);
   EXPECT_NEAR(predict_step(L, Layout{}, one, r, slow).step_s, 1.5 * base.step_s, 1e-12);
   ModelOptions fast;
   fast.probe_ms = 16;
   EXPECT_NEAR(predict_step(L, Layout{}, one, r, fast).step_s, 0.8 * base.step_s, 1e-12);
-  // The calibrated slowdown is not applied on top of the probe's.
+  // With a calibrated slowdown, the probe is compared with what the calibration predicts for it
+  // (20 ms x 1.3): the same 1.5.
   r.set_contention(row(1, {}, {}, 0, 1.3));
-  EXPECT_NEAR(compute_slowdown(one, r, {}), 1.3, 1e-12);
+  EXPECT_NEAR(compute_slowdown(L, Layout{}, one, r, {}), 1.3, 1e-12);
   EXPECT_NEAR(predict_step(L, Layout{}, one, r, slow).step_s, 1.5 * base.step_s, 1e-12);
   // Two ranks per core: the time slices are the cores' share (0.5 of a core each, as before); the
   // probe of both ranks at once takes at least twice one rank's time, and only what is beyond that
@@ -353,7 +355,7 @@ TEST(PlanStep, PairedProbeScalesTheComputeInPlaceOfTheSlowdown) {
   ep2.expert = 2;
   ModelOptions both;
   both.probe_ms = 50;
-  EXPECT_NEAR(compute_slowdown(shared, r, both), 1.25, 1e-12);
+  EXPECT_NEAR(compute_slowdown(L, ep2, shared, r, both), 1.25, 1e-12);
   const Prediction pb = predict_step(L, ep2, shared, r, both);
   ModelOptions even;
   even.probe_ms = 40;
@@ -365,6 +367,47 @@ TEST(PlanStep, PairedProbeScalesTheComputeInPlaceOfTheSlowdown) {
   // The rates file keeps the probe; a file without it loads with none.
   EXPECT_DOUBLE_EQ(parse_rates(rates_json(r), "mem").probe_ms, 20.0);
   EXPECT_DOUBLE_EQ(parse_rates(rates_json(old), "mem").probe_ms, 0.0);
+}
+
+// The slowdown of ranks sharing cores falls with the expert weights each rank touches: linear in
+// log(bytes) between the whole layer's and E / ranks experts', the nearer one outside.
+TEST(PlanContention, SlowdownFallsWithTheRanksWeightBytes) {
+  const LayerShape L = small_layer();  // D 64, F 32, bf16 weights and compute: 12,288 B per expert
+  EXPECT_DOUBLE_EQ(expert_weight_bytes(L, 8), 8 * 3 * 64 * 32 * 2.0);
+  LayerShape cast = L;
+  cast.weight_dtype = DType::f32;  // f32 stored, bf16 copies: 6 bytes per weight
+  EXPECT_DOUBLE_EQ(expert_weight_bytes(cast, 2), 2 * 3 * 64 * 32 * 6.0);
+  Contention c = row(2, {}, {}, 0, 1.16);
+  c.weight_bytes = expert_weight_bytes(L, 8), c.small_weight_bytes = expert_weight_bytes(L, 2);
+  c.small_compute_slowdown = 1.04;
+  EXPECT_NEAR(c.slowdown_at(expert_weight_bytes(L, 8)), 1.16, 1e-12);
+  EXPECT_NEAR(c.slowdown_at(expert_weight_bytes(L, 2)), 1.04, 1e-12);
+  EXPECT_NEAR(c.slowdown_at(expert_weight_bytes(L, 4)), 1.10, 1e-12);  // halfway in log(bytes)
+  EXPECT_NEAR(c.slowdown_at(expert_weight_bytes(L, 1)), 1.04, 1e-12);
+  EXPECT_NEAR(c.slowdown_at(expert_weight_bytes(L, 64)), 1.16, 1e-12);
+  EXPECT_NEAR(c.slowdown_at(0), 1.16, 1e-12);  // 0: the whole layer's
+  Rates r = round_rates();
+  r.set_contention(c);
+  // Four ranks on two cores: expert parallelism over 4 holds 2 experts a rank, FSDP all 8.
+  Cluster cl;
+  cl.cores = 2, cl.ranks_per_host = 4;
+  Layout ep4, fsdp4, ep2;
+  ep4.expert = 4, fsdp4.fsdp = 4, ep2.expert = 2, ep2.fsdp = 2;
+  EXPECT_NEAR(compute_slowdown(L, ep4, cl, r, {}), 1.04, 1e-12);
+  EXPECT_NEAR(compute_slowdown(L, fsdp4, cl, r, {}), 1.16, 1e-12);
+  EXPECT_NEAR(compute_slowdown(L, ep2, cl, r, {}), 1.10, 1e-12);
+  // With a probe, its factor comes from the whole layer's slowdown (the probe's own weights):
+  // 20 ms alone, 2 x 1.16 x 20 predicted at 2 ranks per core; measured 1.25x that.
+  r.probe_ms = 20;
+  ModelOptions o;
+  o.probe_ms = 1.25 * 2 * 1.16 * 20;
+  EXPECT_NEAR(compute_slowdown(L, ep4, cl, r, o), 1.25 * 1.04, 1e-12);
+  // The file keeps the pair; a row without it loads with one slowdown for every size.
+  const Rates back = parse_rates(rates_json(r), "mem");
+  ASSERT_EQ(back.contention.size(), 1u);
+  EXPECT_NEAR(back.contention[0].slowdown_at(expert_weight_bytes(L, 2)), 1.04, 1e-12);
+  r.contention[0].small_weight_bytes = 0;
+  EXPECT_NEAR(parse_rates(rates_json(r), "mem").contention[0].slowdown_at(expert_weight_bytes(L, 2)), 1.16, 1e-12);
 }
 
 TEST(PlanStep, ContentionWaitOfInlineCollectivesHandComputed) {

@@ -200,11 +200,12 @@ void run_plan(const PlanArgs& a) {
         in.fixed ? std::vector<plan::Layout>{in.layout} : plan::candidate_layouts(in.L, cl);
     if (cands.empty())
       fail("moe plan: no layout of ", cl.ranks(), " ranks fits this layer (E=", in.L.E, ", D=", in.L.D, ")");
-    if (mo.probe_ms > 0)
+    if (mo.probe_ms > 0 && in.fixed)
       std::printf(
-          "paired speed probe: %.2f ms during the measurement against %.2f ms at calibration: compute "
-          "%.3fx the calibrated rates (in place of the calibrated slowdown %.3f)\n",
-          mo.probe_ms, r.probe_ms, plan::compute_slowdown(cl, r, mo), plan::compute_slowdown(cl, r, {}));
+          "paired speed probe: %.2f ms during the measurement (the calibration's %.2f ms alone): compute "
+          "%.3fx the calibrated rates, against %.3fx without the probe\n",
+          mo.probe_ms, r.probe_ms, plan::compute_slowdown(in.L, in.layout, cl, r, mo),
+          plan::compute_slowdown(in.L, in.layout, cl, r, {}));
     const auto ranked = plan::rank_layouts(in.L, cl, r, cands, mo);
     std::printf("%-48s %10s %10s %10s %10s\n", "layout (predicted)", "step ms", "compute", "exposed", "comm");
     for (size_t i = 0; i < ranked.size() && int(i) < a.top; ++i)
