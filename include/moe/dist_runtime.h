@@ -14,6 +14,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include "moe/comm.h"
 #include "moe/config.h"
@@ -23,6 +24,13 @@
 #include "moe/trace.h"
 
 namespace moe {
+
+// What a rank whose side engine runs at normal priority is told when the
+// compute pool leaves that engine no core of its own: `pool_threads` compute
+// threads on `cores` CPUs (the rank's share: the CPUs it may run on, at most
+// the host's CPUs over its ranks there; below 1 when ranks share a CPU).
+// "" when a core is free (pool_threads < cores) or when `realtime`.
+std::string side_engine_core_warning(double cores, int pool_threads, bool realtime);
 
 class DistRuntime {
  public:
@@ -35,7 +43,11 @@ class DistRuntime {
   // (SideEngine's `realtime`; its communicators wait politely, so they sleep
   // while a transfer runs). Off by default: it needs CAP_SYS_NICE and only
   // pays where the ranks leave no core free for the side engine (the overlap
-  // demo, docs/benchmarks.md). A refusal is one warning on stderr.
+  // demo, docs/benchmarks.md). A refusal is one warning on stderr. Without
+  // it, where the compute pools of the host's ranks leave the side engine no
+  // core (side_engine_core_warning), the first host rank warns once per
+  // process: each side-engine collective then waits for a core, and offload
+  // can make the step slower than none (docs/offload.md).
   DistRuntime(const Config& cfg, Communicator& world, bool training);
   ~DistRuntime();
 

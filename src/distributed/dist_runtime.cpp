@@ -1,13 +1,45 @@
 #include "moe/dist_runtime.h"
 
+#include <sched.h>
+
+#include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <thread>
 
 #include "moe/dist_layer.h"
+#include "moe/thread_pool.h"
 #include "moe/topology.h"
 
 namespace moe {
+namespace {
+
+// This rank's share of the host's CPUs: the CPUs it may run on (its affinity: an MPI binding), at
+// most the host's CPUs over its ranks there.
+double rank_cores(int ranks_on_host) {
+  const double host = std::max(1u, std::thread::hardware_concurrency());
+  double mine = host;
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) == 0) mine = std::max(1, CPU_COUNT(&set));
+  return std::min(mine, host / std::max(1, ranks_on_host));
+}
+
+}  // namespace
+
+std::string side_engine_core_warning(double cores, int pool_threads, bool realtime) {
+  if (realtime || double(pool_threads) < cores) return "";
+  char buf[512];
+  std::snprintf(buf, sizeof buf,
+                "the side engine (moe_offload_targets) has no core of its own: %d compute thread(s) on this "
+                "rank's %.3g CPU(s), and it runs at normal priority, so each offloaded collective waits for a "
+                "core and offload can make the step slower than none (2 ranks on 2 cores: 10-25%% slower, "
+                "docs/offload.md). Set MOE_SIDE_ENGINE_RT=1 (needs CAP_SYS_NICE or an RLIMIT_RTPRIO) or leave "
+                "a core per rank free (MOE_NUM_THREADS)",
+                pool_threads, cores);
+  return buf;
+}
 
 DistRuntime::DistRuntime(const Config& cfg, Communicator& world, bool training) : rank_(world.rank()) {
   TargetCheck chk = check_target(cfg, topology_of(world), training);
@@ -39,6 +71,14 @@ DistRuntime::DistRuntime(const Config& cfg, Communicator& world, bool training) 
   if (realtime && !side_->realtime())
     std::fprintf(stderr, "moe: warning: rank %d: MOE_SIDE_ENGINE_RT=1 but SCHED_FIFO was refused (needs "
                  "CAP_SYS_NICE); the side engine runs at normal priority\n", rank_);
+  // Collective on every construction (the ranks of a run build the same runtimes; a sub-world's
+  // members only theirs), so only the print is once per process.
+  const std::unique_ptr<Communicator> host = side_world_->split_by_host(side_world_->rank());
+  const std::string warn = side_engine_core_warning(rank_cores(host->size()), ThreadPool::compute().size(),
+                                                    side_->realtime());
+  static std::atomic<bool> warned{false};
+  if (!warn.empty() && host->rank() == 0 && !warned.exchange(true))
+    std::fprintf(stderr, "moe: warning: rank %d: %s\n", rank_, warn.c_str());
 }
 
 DistRuntime::~DistRuntime() {

@@ -2,6 +2,8 @@
 // contract of SPEC.md §7, equality with the in-process layer, clear errors.
 #include <gtest/gtest.h>
 
+#include <thread>
+
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -13,6 +15,7 @@
 #include "moe/config.h"
 #include "moe/layer.h"
 #include "moe/safetensors.h"
+#include "moe/dist_runtime.h"
 #include "testing/cli_runner.h"
 #include "testing/temp_dir.h"
 
@@ -180,6 +183,38 @@ TEST_F(CliStep, TraceWritesChromeJsonOfTheStep) {
                         "combine_backward[0]", "ffn_backward[1]", "permute_backward[0]", "weight_grads",
                         "router_backward", "AR:grad.router.kernel"})
     EXPECT_TRUE(names.count(n)) << "missing op " << n;
+}
+
+// The side engine without a core of its own warns once, naming the fix: a traced step with offload
+// runs through a DistRuntime; twice the machine's CPUs as pool threads leave it none.
+TEST_F(CliStep, SideEngineWithoutACoreWarnsOnce) {
+  ASSERT_EQ(moe("init --config " + cfg_ + " --out " + dir_.file("w.st") + " --inputs " + dir_.file("in.st") +
+                " --tokens 12").exit_code, 0);
+  const std::string step = "step --config " + cfg_ + " --weights " + dir_.file("w.st") + " --inputs " +
+                           dir_.file("in.st") + " --out " + dir_.file("o.st") + " --trace " + dir_.file("t.json") +
+                           " moe_offload_targets=ragged_sort";
+  const int hw = int(std::max(1u, std::thread::hardware_concurrency()));
+  const std::string warning = "has no core of its own: " + std::to_string(2 * hw) + " compute thread(s)";
+  auto r = run_moe(step, dir_.path(), "env MOE_NUM_THREADS=" + std::to_string(2 * hw));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const size_t at = r.err.find(warning);
+  EXPECT_NE(at, std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find(warning, at + 1), std::string::npos) << r.err;  // once per process
+  EXPECT_NE(r.err.find("MOE_SIDE_ENGINE_RT=1"), std::string::npos) << r.err;
+  if (hw >= 2) {  // one pool thread leaves a core free
+    r = run_moe(step, dir_.path(), "env MOE_NUM_THREADS=1");
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(r.err.find("has no core of its own"), std::string::npos) << r.err;
+  }
+}
+
+TEST(SideEngineCoreWarning, OnlyWhenThePoolFillsTheRanksCores) {
+  EXPECT_EQ(side_engine_core_warning(2, 1, false), "");
+  EXPECT_EQ(side_engine_core_warning(8, 4, false), "");
+  EXPECT_EQ(side_engine_core_warning(2, 2, true), "");  // SCHED_FIFO preempts the pool
+  EXPECT_NE(side_engine_core_warning(2, 2, false).find("2 compute thread(s) on this rank's 2 CPU(s)"), std::string::npos);
+  EXPECT_NE(side_engine_core_warning(0.5, 1, false).find("1 compute thread(s) on this rank's 0.5 CPU(s)"),
+            std::string::npos);  // 4 ranks on 2 cores
 }
 
 }  // namespace
