@@ -98,16 +98,17 @@ double median_of(std::vector<Sample>& v, Field f) {
   return summarize(x).median_ms;
 }
 
-DistResult measure(const DistBenchOptions& o, const DistVariant& v, const Config& cfg, Communicator& comm) {
+DistResult measure(const DistBenchOptions& o, const DistVariant& v, const Config& cfg, Communicator& comm,
+                   SpeedProbe* probe) {
   DistResult r;
-  if (o.speed_probe_iters > 0) r.probe_before_ms = speed_probe_ms(comm, o.speed_probe_iters);
+  if (probe) r.probe_before_ms = probe->run_ms(comm, o.speed_probe_iters);
   Rig rig;
   build_rig(rig, cfg, comm, o.tokens, o.seed);
   for (int i = 0; i < o.warmup; ++i) step_once(rig, comm);
   std::vector<Sample> steps;
   for (int i = 0; i < o.iters; ++i) steps.push_back(max_over_ranks(comm, step_once(rig, comm)));
   if (!o.trace_dir.empty()) write_trace(comm, *rig.trace, o.trace_dir + "/" + v.name + ".json");
-  if (o.speed_probe_iters > 0) r.probe_after_ms = speed_probe_ms(comm, o.speed_probe_iters);
+  if (probe) r.probe_after_ms = probe->run_ms(comm, o.speed_probe_iters);
   r.variant = v.name, r.baseline = v.baseline, r.ranks = v.ranks(), r.iters = o.iters;
   std::vector<double> ms;
   for (const Sample& s : steps) ms.push_back(s[kStep]);
@@ -124,37 +125,55 @@ DistResult measure(const DistBenchOptions& o, const DistVariant& v, const Config
 
 }  // namespace
 
-double speed_probe_ms(Communicator& comm, int iters) {
-  if (iters < 1) fail("speed probe: iters must be >= 1 (got ", iters, ")");
-  const Config cfg = dist_bench_config({});
+struct SpeedProbe::State {
+  Config cfg = dist_bench_config({});
   std::unique_ptr<Communicator> self = make_single_process_comm();
-  Mesh mesh(*self, MeshShape{});
-  DistLayer layer(cfg, mesh, false, nullptr);
-  const LayerWeights w = layer.shard(init_weights(cfg, 1));
+  Mesh mesh{*self, MeshShape{}};
+  DistLayer layer{cfg, mesh, false, nullptr};
+  LayerWeights w;
+  CaseInputs in;
+};
+
+SpeedProbe::SpeedProbe(int rank) : s_(std::make_unique<State>()) {
+  s_->w = s_->layer.shard(init_weights(s_->cfg, 1));
   Case c;
-  c.name = "speed-probe", c.T = 256, c.D = cfg.emb_dim, c.F = cfg.moe_mlp_dim, c.E = cfg.num_experts;
-  c.K = cfg.num_experts_per_tok, c.seed = 1;
-  const CaseInputs in = case_inputs(c, uint64_t(comm.rank()) + 1);
+  c.name = "speed-probe", c.T = 256, c.D = s_->cfg.emb_dim, c.F = s_->cfg.moe_mlp_dim, c.E = s_->cfg.num_experts;
+  c.K = s_->cfg.num_experts_per_tok, c.seed = 1;
+  s_->in = case_inputs(c, uint64_t(rank) + 1);
+}
+
+SpeedProbe::~SpeedProbe() = default;
+
+double SpeedProbe::run_ms(Communicator& comm, int iters) {
+  if (iters < 1) fail("speed probe: iters must be >= 1 (got ", iters, ")");
   ThreadPool& pool = ThreadPool::compute();
   const int threads = pool.size();
   pool.resize(1);
   std::vector<double> mine;
-  for (int i = 0; i <= iters; ++i) {  // the first step warms up, untimed
-    comm.barrier();
-    const double t0 = now_ms();
-    LayerOutputs out;
-    DistForwardPtr f = layer.forward(w, in.x, nullptr, out);
-    LayerGrads g = layer.backward(*f, in.dy);
-    if (i > 0) mine.push_back(now_ms() - t0);
+  try {
+    for (int i = 0; i <= iters; ++i) {  // the first step warms up, untimed
+      comm.barrier();
+      const double t0 = now_ms();
+      LayerOutputs out;
+      DistForwardPtr f = s_->layer.forward(s_->w, s_->in.x, nullptr, out);
+      LayerGrads g = s_->layer.backward(*f, s_->in.dy);
+      if (i > 0) mine.push_back(now_ms() - t0);
+    }
+  } catch (...) {
+    pool.resize(threads);
+    throw;
   }
   pool.resize(threads);
-  // Each step's slowest rank, then the median over steps (every rank gets all the times).
+  return summarize(slowest_per_step(comm, mine)).median_ms;
+}
+
+std::vector<double> slowest_per_step(Communicator& comm, const std::vector<double>& mine) {
   const int W = comm.size();
   std::vector<double> all(mine.size() * size_t(W), 0.0), slowest(mine.size(), 0.0);
   comm.all_gather(mine.data(), all.data(), mine.size() * sizeof(double));
   for (size_t i = 0; i < mine.size(); ++i)
     for (int q = 0; q < W; ++q) slowest[i] = std::max(slowest[i], all[size_t(q) * mine.size() + i]);
-  return summarize(slowest).median_ms;
+  return slowest;
 }
 
 std::vector<DistResult> run_dist_bench(const DistBenchOptions& o, Communicator& world,
@@ -164,6 +183,10 @@ std::vector<DistResult> run_dist_bench(const DistBenchOptions& o, Communicator& 
   std::vector<DistResult> results;
   // Ranks outside a variant wait for it here, sleeping between polls, so they
   // do not spin on cores its members need (an oversubscribed machine).
+  // Built once: each variant's members run it before and after their steps (a variant's ranks keep
+  // their world ranks, and so their tokens).
+  std::unique_ptr<SpeedProbe> probe =
+      o.speed_probe_iters > 0 ? std::make_unique<SpeedProbe>(world.rank()) : nullptr;
   std::unique_ptr<Communicator> join = world.split(0, world.rank());
   join->set_polite_waits(true);
   for (const DistVariant& v : select_dist_variants(o.variants)) {
@@ -174,7 +197,7 @@ std::vector<DistResult> run_dist_bench(const DistBenchOptions& o, Communicator& 
     if (r.skipped.empty()) {
       const bool member = world.rank() < v.ranks();
       std::unique_ptr<Communicator> sub = world.split(member ? 0 : 1, world.rank());
-      if (member) r = measure(o, v, cfg, *sub);
+      if (member) r = measure(o, v, cfg, *sub, probe.get());
       char in = 0, all[1024];
       if (join->size() <= int(sizeof all)) join->all_gather(&in, all, 1);  // uncounted in results: after the steps
     }

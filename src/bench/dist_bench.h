@@ -9,6 +9,7 @@
 
 #include <array>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -44,7 +45,7 @@ struct DistBenchOptions {
   uint64_t seed = 0;
   std::vector<std::string> variants;  // empty: every variant
   std::string trace_dir;  // non-empty: the last timed step's trace of each variant, DIR/<variant>.json
-  int speed_probe_iters = 0;  // > 0: speed_probe_ms with this many steps before and after each variant
+  int speed_probe_iters = 0;  // > 0: SpeedProbe::run_ms with this many steps before and after each variant
 };
 
 struct DistResult {
@@ -56,16 +57,30 @@ struct DistResult {
   double vs_baseline_pct = 0;
   double exposed_comm_ms = 0, compute_ms = 0;  // medians over the timed steps
   std::array<int64_t, kNumCollKinds> counts{}, bytes{};  // per step, max over ranks
-  double probe_before_ms = 0, probe_after_ms = 0;         // speed_probe_ms on its ranks; 0: not run
+  double probe_before_ms = 0, probe_after_ms = 0;         // SpeedProbe::run_ms on its ranks; 0: not run
 };
 
 // The machine's speed as the variants' ranks meet it, for `moe plan`'s validation (ModelOptions::
-// probe_ms): every rank of `comm` at once (a barrier before each step), one compute-pool thread
-// each, steps the forward + backward of a fixed one-rank layer (the table's layer with no
-// overrides, 256 tokens, seed 1) `iters` times after one untimed step. Returns the median over the
-// steps of the slowest rank's time, ms, on every rank. Collective over `comm`; the pool's size is
-// restored. `moe plan --calibrate` runs the same probe (Rates::probe_ms).
-double speed_probe_ms(Communicator& comm, int iters);
+// probe_ms): a fixed one-rank layer (the table's layer with no overrides, 256 tokens, seed 1; the
+// tokens of `rank`), built once. run_ms: every rank of `comm` at once (a barrier before each step),
+// one compute-pool thread each, steps its forward + backward `iters` times after one untimed step,
+// and returns the median over the steps of the slowest rank's time, ms, on every rank. Collective
+// over `comm`; the pool's size is restored. `moe plan --calibrate` runs the same probe
+// (Rates::probe_ms).
+class SpeedProbe {
+ public:
+  explicit SpeedProbe(int rank);
+  ~SpeedProbe();
+  double run_ms(Communicator& comm, int iters);
+
+ private:
+  struct State;
+  std::unique_ptr<State> s_;
+};
+
+// Each step's time on its slowest rank: `mine` (this rank's times, the same count on every rank)
+// gathered over `comm` (collective), the max per step.
+std::vector<double> slowest_per_step(Communicator& comm, const std::vector<double>& mine);
 
 // Collective over `world`. Results (complete on world rank 0 only) in run
 // order; `on_result` is called on rank 0 as each is ready.

@@ -227,11 +227,7 @@ Contention contention_probe(const CalibrateOptions& o, Communicator& world, int 
     }
     together.erase(together.begin());
     const double mean_rank_s = mean_over_ranks(median(together));
-    std::vector<double> all(together.size() * size_t(W), 0.0), slowest(together.size(), 0.0);
-    world.all_gather(together.data(), all.data(), together.size() * sizeof(double));
-    for (size_t i = 0; i < together.size(); ++i)
-      for (int q = 0; q < W; ++q) slowest[i] = std::max(slowest[i], all[size_t(q) * together.size() + i]);
-    const double together_s = median(slowest);
+    const double together_s = median(bench::slowest_per_step(world, together));
     const double slow = std::max(together_s / (alone_s * std::max(1.0, ct.ranks_per_core)), 1.0);
     if (world.rank() == 0 && o.log)
       o.log(std::string("  ") + what + ": " + std::to_string(together_s * 1e3).substr(0, 6) + " ms (slowest rank; mean rank " +
@@ -419,7 +415,8 @@ Rates calibrate(const CalibrateOptions& o, Communicator& world) {
   // The speed probe around the kernel rates (Rates::probe_ms): a measurement that runs it too is
   // predicted at the speed the machine had then (the cores change speed for minutes at a time).
   const int probe_iters = std::max(2 * o.iters, 5);
-  const double probe_before = bench::speed_probe_ms(world, probe_iters);
+  bench::SpeedProbe probe(world.rank());
+  const double probe_before = probe.run_ms(world, probe_iters);
   pool.resize(1);
   bool first = true;
   std::map<std::string, std::vector<double>> scalar;
@@ -479,7 +476,7 @@ Rates calibrate(const CalibrateOptions& o, Communicator& world) {
   r.combine_gbps = median(scalar["combine"]);
   r.combine_backward_gbps = median(scalar["combine_backward"]);
   r.permute_backward_gbps = median(scalar["permute_backward"]);
-  const double probe_after = bench::speed_probe_ms(world, probe_iters);
+  const double probe_after = probe.run_ms(world, probe_iters);
   r.probe_ms = (probe_before + probe_after) / 2;
   log("  speed probe: " + std::to_string(probe_before) + " ms before the rates, " +
       std::to_string(probe_after) + " ms after");

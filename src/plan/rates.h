@@ -79,7 +79,7 @@ struct Rates {
   double comm_cpu_ns_per_byte = 0;    // host CPU per byte sent between hosts (TCP stack)
   // By ranks per core, ascending; none (a file from before them): no contention terms.
   std::vector<Contention> contention;
-  // The speed probe (bench::speed_probe_ms: one rank, one pool thread, a fixed forward + backward)
+  // The speed probe (bench::SpeedProbe: one rank, one pool thread, a fixed forward + backward)
   // around the kernel rates of the single-process calibration, ms (the mean of before and after);
   // 0: not measured (a file from before it). A measurement that ran the same probe can be
   // predicted at the machine's speed during it (ModelOptions::probe_ms).

@@ -66,7 +66,7 @@ struct ModelOptions {
   // Fraction of a side-engine op's CPU work that the compute thread loses when both share a
   // core: clamp(2 - cores per rank, 0, 1) unless set (>= 0).
   double steal = -1;
-  // The speed probe's time during the measurement being predicted (bench::speed_probe_ms: every
+  // The speed probe's time during the measurement being predicted (bench::SpeedProbe: every
   // rank of the host at once, the slowest rank's median, ms); 0: none. When given, the ranks'
   // compute is scaled by how much slower (or faster) the probe ran than the calibration predicts
   // for it (compute_slowdown): the machine's speed as it was during that measurement (the
