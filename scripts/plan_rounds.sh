@@ -14,6 +14,9 @@
 # layout) at those link settings.
 # SUMMARY_ONLY=1: only the tables, from OUT_DIR/r1 .. rROUNDS as they are (e.g. links to the rounds
 # of several runs).
+# REPLAY=1: measure nothing; predict every round's measurements again from its own rates with this
+# build's model (SKIP_MEASURED=1 of both scripts: a model change compared on rounds measured
+# before), then the tables.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=$1
@@ -26,6 +29,19 @@ mkdir -p "$OUT"
 for ((k = 1; k <= ROUNDS; ++k)); do
   [[ ${SUMMARY_ONLY:-0} == 1 ]] && break
   R=$OUT/r$k
+  if [[ ${REPLAY:-0} == 1 ]]; then
+    SKIP_MEASURED=1 scripts/plan_validate.sh "$R" "$ITERS" >"$R/replay.log" 2>&1 || echo "round $k: replay failed" | tee -a "$OUT/rounds.txt"
+    if [[ -n ${RATES_1X:-} ]]; then
+      # shellcheck disable=SC2086
+      SKIP_MEASURED=1 RPH=1 scripts/plan_cluster.sh "$R" $RATES_1X >"$R/replay_cluster1x.log" 2>&1 ||
+        echo "round $k: cluster (RPH=1) replay failed" | tee -a "$OUT/rounds.txt"
+    fi
+    if [[ -n $RATE ]]; then
+      SKIP_MEASURED=1 scripts/plan_cluster.sh "$R" "$RATE" >"$R/replay_cluster.log" 2>&1 ||
+        echo "round $k: cluster replay failed" | tee -a "$OUT/rounds.txt"
+    fi
+    continue
+  fi
   mkdir -p "$R"
   echo "round $k: $(date -u +%FT%TZ), load $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$OUT/rounds.txt"
   locked scripts/plan_validate.sh "$R" "$ITERS" >"$R/validate.log" 2>&1 || echo "round $k: plan_validate.sh failed" | tee -a "$OUT/rounds.txt"

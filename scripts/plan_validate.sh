@@ -6,6 +6,8 @@
 # `moe plan --bench-variant` on the matching cluster (2 cores, N ranks, one pool thread per rank)
 # and print the table of predicted against measured step times.
 # Usage: scripts/plan_validate.sh [OUT_DIR] [ITERS]     (build/moe must exist)
+# SKIP_MEASURED=1: where OUT_DIR already holds a round's rates and measurements, only predict them
+# again (the model's changes replayed against rounds measured before).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-out/plan}
@@ -15,22 +17,26 @@ mkdir -p "$OUT"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 MPI="mpirun --oversubscribe --mca mpi_yield_when_idle 1"
 CORES=$(nproc)
-echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)" | tee "$OUT/load.txt"
-$MOE plan --calibrate --out "$OUT/rates.json" --iters 5
-$MPI -np 2 $MOE plan --calibrate --rates "$OUT/rates.json" --out "$OUT/rates.json"
-$MPI -np 4 $MOE plan --calibrate --rates "$OUT/rates.json" --out "$OUT/rates.json"
-echo "load after calibration: $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$OUT/load.txt"
-# --speed-probe: every rank at once times a fixed one-thread step before and after each variant;
-# each variant is then predicted twice: from the calibrated rates (p_*.json) and at the speed the
-# probe saw during its measurement (q_*.json, moe plan --probe-ms).
-B="bench --dist --iters $ITERS --warmup 2 --speed-probe 5"
-MOE_NUM_THREADS=1 $MOE $B --variant compute_only_ep2_chunks4 --json "$OUT/m_np1_t1.json"
-MOE_NUM_THREADS=1 $MOE $B --variant compute_only_ep2_chunks4 --tokens 1024 --json "$OUT/m_np1_t1_T1024.json"
-$MOE $B --variant compute_only_ep2_chunks4 --json "$OUT/m_np1_pool.json"
-MOE_NUM_THREADS=1 $MPI -np 2 $MOE $B --variant ep2_chunks4+all --variant ring2_chunks4+all --json "$OUT/m_np2.json"
-MOE_NUM_THREADS=1 $MPI -np 4 $MOE $B --variant fsdp4+fsdp_all_gather --variant ep4+all --variant fsdp2_ep2+all \
-  --variant ep4_chunks4+all --variant baseline_ring4_chunks4 --json "$OUT/m_np4.json"
-echo "load after measurement: $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$OUT/load.txt"
+if [[ ${SKIP_MEASURED:-0} == 1 && -f $OUT/rates.json && -f $OUT/m_np4.json ]]; then
+  echo "SKIP_MEASURED=1: predicting the rates and measurements already in $OUT"
+else
+  echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)" | tee "$OUT/load.txt"
+  $MOE plan --calibrate --out "$OUT/rates.json" --iters 5
+  $MPI -np 2 $MOE plan --calibrate --rates "$OUT/rates.json" --out "$OUT/rates.json"
+  $MPI -np 4 $MOE plan --calibrate --rates "$OUT/rates.json" --out "$OUT/rates.json"
+  echo "load after calibration: $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$OUT/load.txt"
+  # --speed-probe: every rank at once times a fixed one-thread step before and after each variant;
+  # each variant is then predicted twice: from the calibrated rates (p_*.json) and at the speed the
+  # probe saw during its measurement (q_*.json, moe plan --probe-ms).
+  B="bench --dist --iters $ITERS --warmup 2 --speed-probe 5"
+  MOE_NUM_THREADS=1 $MOE $B --variant compute_only_ep2_chunks4 --json "$OUT/m_np1_t1.json"
+  MOE_NUM_THREADS=1 $MOE $B --variant compute_only_ep2_chunks4 --tokens 1024 --json "$OUT/m_np1_t1_T1024.json"
+  $MOE $B --variant compute_only_ep2_chunks4 --json "$OUT/m_np1_pool.json"
+  MOE_NUM_THREADS=1 $MPI -np 2 $MOE $B --variant ep2_chunks4+all --variant ring2_chunks4+all --json "$OUT/m_np2.json"
+  MOE_NUM_THREADS=1 $MPI -np 4 $MOE $B --variant fsdp4+fsdp_all_gather --variant ep4+all --variant fsdp2_ep2+all \
+    --variant ep4_chunks4+all --variant baseline_ring4_chunks4 --json "$OUT/m_np4.json"
+  echo "load after measurement: $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$OUT/load.txt"
+fi
 predict() {  # json tokens ranks threads tag
   python3 - "$1" "$OUT/$5" <<'PY' | while read -r v probe; do
 import json, sys

@@ -93,6 +93,14 @@ std::string explain_winner(const std::vector<Prediction>& ranked) {
   s += "  dominant terms:";
   for (const auto& [k, v] : dominant_terms(w, 4)) s += " " + k + " " + ms(v) + ";";
   s += "\n";
+  if (w.others_busy < 1) {
+    char b[200];
+    std::snprintf(b, sizeof b,
+                  "  ranks sharing a core: the others on it busy %.0f%% of the step, so a rank computes at %.2f of a "
+                  "core (time slices: all of them busy)\n",
+                  100 * w.others_busy, w.compute_cores);
+    s += b;
+  }
   if (ranked.size() < 2) return s;
   const Prediction& r = ranked[1];
   s += "  against the runner-up " + r.layout.name() + " (" + ms(r.step_s) + "):";
@@ -138,6 +146,9 @@ std::string prediction_json(const Prediction& p, bool with_ops) {
   j["exposed_comm_ms"] = p.exposed_comm_s * 1e3;
   j["comm_ms"] = p.comm_s * 1e3;
   j["side_busy_ms"] = p.side_busy_s * 1e3;
+  j["cpu_ms"] = p.cpu_s * 1e3;
+  j["others_busy"] = p.others_busy;
+  j["compute_cores"] = p.compute_cores;
   for (const auto& [k, v] : p.terms) j["terms_ms"][k] = v * 1e3;
   j["exposed_ms"] = nlohmann::json::object();
   for (const auto& [k, v] : p.exposed) j["exposed_ms"][k] = v * 1e3;

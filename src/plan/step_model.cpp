@@ -85,6 +85,7 @@ class Sim {
       }
     record(name, false, false, t_, t_ + dur + penalty);
     p_.compute_s += dur + penalty;
+    p_.cpu_s += dur + penalty;
     p_.terms[term] += dur + penalty;
     t_ += dur + penalty;
   }
@@ -102,6 +103,7 @@ class Sim {
       p_.exposed_comm_s += wait + dur;
       p_.exposed[term] += wait + dur;
       if (wait > 0) p_.terms["contention wait"] += wait;
+      p_.cpu_s += cpu + extra;
       t_ += wait + dur;
       synced_ = t_;
       return {t_, term};
@@ -112,7 +114,9 @@ class Sim {
   Ev side(const std::string& name, const std::string& term, double dur, double cpu) {
     t_ += handoff_;  // submit and the later wake-up, charged to the compute thread
     p_.compute_s += handoff_;
+    p_.cpu_s += handoff_;
     p_.terms["side hand-off"] += handoff_;
+    p_.cpu_s += cpu;
     side_.push_back({t_, dur, cm_.side_busy(), 0, 0, cpu, p_.ops.size()});
     record(name, true, false, 0, 0);
     retime(side_.size() - 1);
@@ -233,18 +237,25 @@ double expert_weight_bytes(const LayerShape& L, int64_t experts) {
 }
 
 double compute_slowdown(const LayerShape& L, const Layout& lay, const Cluster& cl, const Rates& r,
-                        const ModelOptions& o) {
+                        const ModelOptions& o, double others_busy) {
   const double rpc = cl.cores > 0 ? double(cl.ranks_per_host) / cl.cores : 0;
-  const double slow = r.compute_slowdown_at(rpc, expert_weight_bytes(L, L.E / std::max(1, lay.expert)));
+  const double slow =
+      1 + (r.compute_slowdown_at(rpc, expert_weight_bytes(L, L.E / std::max(1, lay.expert))) - 1) *
+              std::clamp(others_busy, 0.0, 1.0);
   if (o.probe_ms <= 0) return slow;
   if (r.probe_ms <= 0) fail("a paired speed probe needs rates with speed_probe_ms (calibrate them again)");
   return slow * o.probe_ms / (r.probe_ms * std::max(1.0, rpc) * r.compute_slowdown_at(rpc));
 }
 
+double core_share(double cores_per_rank, double others_busy) {
+  if (cores_per_rank >= 1 || cores_per_rank <= 0) return cores_per_rank;
+  return 1 / (1 + (1 / cores_per_rank - 1) * std::clamp(others_busy, 0.0, 1.0));
+}
+
 namespace {
 
 Step make_step(const LayerShape& L, const Layout& lay, const Cluster& cl, const Rates& r, Sim& sim,
-               const ModelOptions& o) {
+               const ModelOptions& o, double others_busy) {
   Step s{L, lay, cl, r, sim, 1, 2, 4, {}, {}, {}, {}, {}, {}, {}, 1, 1, 1, 1};
   const int threads = cl.threads > 0 ? cl.threads : std::max(1, int(std::floor(cl.cores_per_rank())));
   s.b = double(dtype_size(L.dtype));
@@ -277,7 +288,8 @@ Step make_step(const LayerShape& L, const Layout& lay, const Cluster& cl, const 
   // The pool's speedup at the step's rows per expert; ranks sharing cores also slow each other's
   // compute (rates.h, Contention::compute_slowdown).
   const GemmPoint at = r.ffn_at(L.dtype, L.D, L.F, double(s.Rc) / double(s.El));
-  s.speed = r.speed(cl.cores_per_rank(), threads, &at) / compute_slowdown(L, lay, cl, r, o);
+  s.speed = r.speed(core_share(cl.cores_per_rank(), others_busy), threads, &at) /
+            compute_slowdown(L, lay, cl, r, o, others_busy);
   return s;
 }
 
@@ -468,16 +480,16 @@ void backward_ring(Step& s, std::vector<Ev>& reduced) {
   pipeline(s.n, off ? 1 : 0, prep, comp, fin, [&] { weight_grads(s, reduced); });
 }
 
-}  // namespace
-
-Prediction predict_step(const LayerShape& L, const Layout& lay, const Cluster& cl, const Rates& r,
-                        const ModelOptions& o) {
+Prediction simulate_step(const LayerShape& L, const Layout& lay, const Cluster& cl, const Rates& r,
+                         const ModelOptions& o, double others_busy) {
   Prediction p;
   p.layout = lay;
+  p.others_busy = others_busy;
+  p.compute_cores = core_share(cl.cores_per_rank(), others_busy);
   const double steal = o.steal >= 0 ? o.steal : std::clamp(2 - cl.cores_per_rank(), 0.0, 1.0);
   ContentionModel cm{&r, cl.cores > 0 ? double(cl.ranks_per_host) / cl.cores : 0};
   Sim sim(p, steal, r.side_op_overhead_us * 1e-6, cm);
-  Step s = make_step(L, lay, cl, r, sim, o);
+  Step s = make_step(L, lay, cl, r, sim, o, others_busy);
   const double T = double(L.T), D = double(L.D), E = double(L.E);
   // Forward (DistLayer::forward).
   Ev up, down;
@@ -511,6 +523,23 @@ Prediction predict_step(const LayerShape& L, const Layout& lay, const Cluster& c
   }
   for (const Ev& e : reduced) sim.wait(e);
   p.step_s = sim.now();
+  return p;
+}
+
+}  // namespace
+
+Prediction predict_step(const LayerShape& L, const Layout& lay, const Cluster& cl, const Rates& r,
+                        const ModelOptions& o) {
+  if (o.others_busy >= 0) return simulate_step(L, lay, cl, r, o, std::min(o.others_busy, 1.0));
+  Prediction p = simulate_step(L, lay, cl, r, o, 1.0);
+  if (cl.cores_per_rank() >= 1 || cl.ranks_per_host < 2) return p;  // no other rank on its cores
+  // Ranks sharing cores: again at the busy fraction the last prediction gives (f(u) = cpu_s / step_s
+  // grows with u, and f(1) <= 1, so u_k falls monotonically to the largest fixed point).
+  for (int k = 0; k < 30; ++k) {
+    const double u = std::clamp(p.step_s > 0 ? p.cpu_s / p.step_s : 1.0, 0.0, 1.0);
+    if (u >= p.others_busy - 1e-4) break;
+    p = simulate_step(L, lay, cl, r, o, u);
+  }
   return p;
 }
 

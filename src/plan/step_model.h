@@ -57,6 +57,13 @@ struct Prediction {
   double exposed_comm_s = 0;              // inline collectives + waits
   double comm_s = 0;                      // every collective's α–β cost, hidden or not
   double side_busy_s = 0;                 // side-engine busy time
+  // The CPU seconds one rank keeps a core busy per step (its compute, the copies of its collectives
+  // inside a host, the TCP stack's work for those between hosts), and, where ranks share cores, the
+  // fraction of the step the other ranks on a core demand it (cpu_s / step_s at the fixed point
+  // predict_step finds; 1 where each rank has a core or more).
+  double cpu_s = 0;
+  double others_busy = 1;
+  double compute_cores = 1;  // the cores a rank's compute gets (core_share of cores_per_rank)
   std::map<std::string, double> terms;    // time by kind (router, ffn, A2A, AG:weights, ...), hidden or not
   std::map<std::string, double> exposed;  // exposed communication by kind (inline or waited for)
   std::vector<SimOp> ops;
@@ -72,6 +79,10 @@ struct ModelOptions {
   // for it (compute_slowdown): the machine's speed as it was during that measurement (the
   // machine's cores change speed for minutes at a time, docs/distributed.md).
   double probe_ms = 0;
+  // Where ranks share cores: the fraction of the step the other ranks on a core demand it
+  // (Prediction::others_busy); -1: found by predict_step (its fixed point). 1: every rank computing
+  // at once, the cores' time slices (the calibration's own condition).
+  double others_busy = -1;
 };
 
 // Bytes of the expert weights a rank's compute touches per step with `experts` local experts: the
@@ -79,14 +90,26 @@ struct ModelOptions {
 double expert_weight_bytes(const LayerShape& L, int64_t experts);
 
 // The factor the ranks' compute runs slower than the calibrated rates on this cluster: the rates'
-// compute slowdown at its ranks per core and the layout's expert weight bytes per rank; with a
-// paired probe (ModelOptions::probe_ms; throws when the rates have no probe of their own) times
-// the probe's time over what the calibration predicts for it (Rates::probe_ms x max(1, ranks per
-// core) x the slowdown of the whole calibrated layer): the machine's speed during that measurement.
+// compute slowdown at its ranks per core and the layout's expert weight bytes per rank (measured
+// with every rank computing at once; its excess over 1 scaled by `others_busy`, the fraction of the
+// time the other ranks compute); with a paired probe (ModelOptions::probe_ms; throws when the rates
+// have no probe of their own) times the probe's time over what the calibration predicts for it
+// (Rates::probe_ms x max(1, ranks per core) x the slowdown of the whole calibrated layer): the
+// machine's speed during that measurement.
 double compute_slowdown(const LayerShape& L, const Layout& lay, const Cluster& cl, const Rates& r,
-                        const ModelOptions& o);
+                        const ModelOptions& o, double others_busy = 1);
+
+// The cores a rank's compute gets where ranks_per_core > 1 ranks share each core and the others
+// demand it a fraction u of the time (Prediction::others_busy): 1 / (1 + (ranks_per_core - 1) u),
+// from a time slice (u = 1) to a whole core (u = 0): a rank that waits in a collective yields its
+// core (mpi_yield_when_idle) to the one beside it. cores_per_rank itself where it is 1 or more.
+double core_share(double cores_per_rank, double others_busy);
 
 // REQUIRES: layout.ranks() == cluster.ranks(); E % expert == 0; D % fsdp == 0 (check_layout says why not).
+// Where ranks share cores (and ModelOptions::others_busy is -1), the step is simulated at
+// others_busy = 1 (every rank computing at once: time slices), then again at the busy fraction that
+// prediction gives, until it settles (each prediction's fraction is at most the one before, so the
+// sequence falls to the largest fixed point).
 Prediction predict_step(const LayerShape& L, const Layout& lay, const Cluster& cl, const Rates& r,
                         const ModelOptions& o = {});
 // "" when the layout can run this layer on this cluster, else why not.

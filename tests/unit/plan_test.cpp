@@ -355,10 +355,12 @@ TEST(PlanStep, PairedProbeScalesTheComputeInPlaceOfTheSlowdown) {
   ep2.expert = 2;
   ModelOptions both;
   both.probe_ms = 50;
+  both.others_busy = 1;  // both ranks computing at once, as the probe ran
   EXPECT_NEAR(compute_slowdown(L, ep2, shared, r, both), 1.25, 1e-12);
   const Prediction pb = predict_step(L, ep2, shared, r, both);
   ModelOptions even;
   even.probe_ms = 40;
+  even.others_busy = 1;
   EXPECT_NEAR(pb.compute_s, 1.25 * predict_step(L, ep2, shared, r, even).compute_s, 1e-12);
   // Rates without a probe of their own: a clear error.
   Rates old = round_rates();
@@ -490,6 +492,58 @@ TEST(PlanStep, SideCpuFracStretchesComputeOverlappingSideOps) {
       << error_of([&] { parse_rates(bad, "f.json"); });
 }
 
+// Ranks sharing a core: a rank waiting in a collective yields the core to the one beside it, so the
+// compute gets 1 / (1 + (ranks per core - 1) u) of a core, u the fraction of the step the others
+// demand it; predict_step finds u as its own prediction's CPU seconds over its step.
+TEST(PlanStep, RanksSharingACoreComputeFasterWhileTheOthersWait) {
+  EXPECT_DOUBLE_EQ(core_share(0.5, 1), 0.5);  // every rank computing: the time slice
+  EXPECT_DOUBLE_EQ(core_share(0.5, 0), 1.0);  // the others always waiting: the whole core
+  EXPECT_DOUBLE_EQ(core_share(0.5, 0.25), 0.8);
+  EXPECT_DOUBLE_EQ(core_share(1.0 / 3, 0.5), 0.5);  // 3 ranks per core, the others half the time
+  EXPECT_DOUBLE_EQ(core_share(2, 0.1), 2.0);        // cores to spare: unchanged
+  // The calibrated slowdown (every rank computing at once) counts by the same fraction: 1.2 -> 1.1.
+  Rates r = round_rates();
+  r.set_contention(row(2, {}, {}, 0, 1.2));
+  const LayerShape L = small_layer();
+  Cluster one_host;
+  one_host.cores = 1, one_host.ranks_per_host = 2;
+  Layout ep2;
+  ep2.expert = 2;
+  EXPECT_NEAR(compute_slowdown(L, ep2, one_host, r, {}, 0.5), 1.1, 1e-12);
+  EXPECT_NEAR(compute_slowdown(L, ep2, one_host, r, {}, 1), 1.2, 1e-12);
+  // 2 hosts of one core and 2 ranks each, a slow link: the all-to-alls dominate the step.
+  Cluster cl;
+  cl.hosts = 2, cl.cores = 1, cl.ranks_per_host = 2;
+  cl.inter = {1e6, 50e-6, 0};  // 1 MB/s
+  Layout ep4;
+  ep4.expert = 4;
+  ModelOptions sliced;
+  sliced.others_busy = 1;
+  const Prediction s = predict_step(L, ep4, cl, r, sliced);
+  const Prediction p = predict_step(L, ep4, cl, r);
+  EXPECT_DOUBLE_EQ(s.others_busy, 1.0);
+  EXPECT_LT(p.others_busy, 0.5);
+  EXPECT_GT(p.others_busy, 0.0);
+  // A fixed point: its own CPU seconds over its own step, and the prediction pinned there.
+  EXPECT_NEAR(p.others_busy, p.cpu_s / p.step_s, 2e-4);
+  ModelOptions at;
+  at.others_busy = p.others_busy;
+  EXPECT_DOUBLE_EQ(predict_step(L, ep4, cl, r, at).step_s, p.step_s);
+  // The compute gets the larger share; the collectives cost the same.
+  const double share = core_share(0.5, p.others_busy), slow = 1 + 0.2 * p.others_busy;
+  EXPECT_NEAR(p.terms.at("ffn") * share / slow, s.terms.at("ffn") * 0.5 / 1.2, 1e-12);
+  EXPECT_LT(p.compute_s, s.compute_s);
+  EXPECT_DOUBLE_EQ(p.comm_s, s.comm_s);
+  // One rank per core, or one rank on a host: nothing to share, the time slices as given.
+  Cluster own;
+  own.hosts = 2, own.cores = 2, own.ranks_per_host = 2;
+  own.inter = cl.inter;
+  EXPECT_DOUBLE_EQ(predict_step(L, ep4, own, r).others_busy, 1.0);
+  Cluster half;
+  half.cores = 0.5;
+  EXPECT_DOUBLE_EQ(predict_step(L, Layout{}, half, r).others_busy, 1.0);
+}
+
 TEST(PlanStep, MeasuredAllGatherBandwidthPricesTheGathersOnly) {
   // 4 ranks on 2 cores (2 ranks per core): the intra link's bandwidth is halved for the half core
   // (1 GB/s -> 0.5), unless the contention row measured the all-gather's own: then every
@@ -505,8 +559,10 @@ TEST(PlanStep, MeasuredAllGatherBandwidthPricesTheGathersOnly) {
     c.ag_bw_Bps = bw;
     return with_row(r, c);
   };
-  const Prediction halved = predict_step(L, fsdp4, cl, with_ag(0));
-  const Prediction measured = predict_step(L, fsdp4, cl, with_ag(2e9));
+  ModelOptions sliced;
+  sliced.others_busy = 1;  // the same compute speed in both (the placement copies depend on it)
+  const Prediction halved = predict_step(L, fsdp4, cl, with_ag(0), sliced);
+  const Prediction measured = predict_step(L, fsdp4, cl, with_ag(2e9), sliced);
   // Three weights, each a ring of 3 steps of one shard (E·D·F/4 elements of 2 bytes): only β moves.
   const double shard = 8.0 * 64 * 32 / 4 * 2;
   EXPECT_NEAR(halved.terms.at("AG:weights") - measured.terms.at("AG:weights"), 3 * 3 * shard * (1 / 0.5e9 - 1 / 2e9),
