@@ -117,7 +117,10 @@ class Sim {
     p_.cpu_s += handoff_;
     p_.terms["side hand-off"] += handoff_;
     p_.cpu_s += cpu;
-    side_.push_back({t_, dur, cm_.side_busy(), 0, 0, cpu, p_.ops.size()});
+    // Its CPU work shares the rank's cores with the compute thread as the compute shares them with it
+    // (`steal`): while the compute thread computes, the op takes `stretch` times its cost.
+    const double stretch = dur > 0 ? 1 + steal_ * std::clamp(cpu / dur, 0.0, 1.0) : 1.0;
+    side_.push_back({t_, dur, cm_.side_busy(), 0, 0, cpu, p_.ops.size(), stretch});
     record(name, true, false, 0, 0);
     retime(side_.size() - 1);
     p_.side_busy_s += dur;
@@ -133,9 +136,11 @@ class Sim {
       const double slowest = t_ + cm_.wait(t_ - synced_);
       for (size_t i = 0; i <= size_t(e.side); ++i) {
         SideIv& s = side_[i];
-        const double own = s.start + s.dur, cut = std::max(own, slowest);
+        // What is left of its work from now runs at full speed (the worker has the core).
+        const double done = std::clamp((t_ - s.start) / s.stretch, 0.0, s.dur);
+        const double own = std::max(s.start, t_) + s.dur - done, cut = std::max(own, slowest);
         if (cut < s.end) {
-          s.busy = cut - own;
+          s.busy = cut - (s.start + s.dur * s.stretch);
           retime(i);
         }
       }
@@ -155,13 +160,14 @@ class Sim {
   struct SideIv {
     double submit, dur, busy, start, end, cpu;
     size_t op;  // its record in p_.ops
+    double stretch;
   };
   // Start and end of side op i and every later one (FIFO: each starts when the one before ends).
   void retime(size_t i) {
     for (; i < side_.size(); ++i) {
       SideIv& s = side_[i];
       s.start = std::max(s.submit, i > 0 ? side_[i - 1].end : 0.0);
-      s.end = s.start + s.dur + s.busy;
+      s.end = s.start + s.dur * s.stretch + s.busy;
       p_.ops[s.op].start = s.start, p_.ops[s.op].end = s.end;
     }
   }

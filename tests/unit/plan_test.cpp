@@ -252,6 +252,45 @@ TEST(PlanStep, StealStretchesComputeUnderSideWork) {
   EXPECT_LE(b.compute_s - a.compute_s, b.side_busy_s + 1e-12);  // at most the side engine's work
 }
 
+// A side op's CPU work shares the rank's core with the compute thread: while the compute thread
+// computes, the op takes 1 + steal x (its CPU seconds / its cost) times its cost; once the compute
+// thread blocks on it, the rest runs at full speed. Two chunks' routing index math offloaded
+// (64 routed rows each: 64 ns of one core, all CPU), one rank on one core, no hand-off.
+TEST(PlanStep, SideOpsShareTheCoreWithTheComputeThread) {
+  const Rates r = round_rates();
+  Cluster cl;
+  cl.cores = 1;
+  Layout l;
+  l.chunks = 2, l.off_sort = true;
+  const LayerShape L = small_layer();
+  auto sorts = [&](double steal) {
+    ModelOptions o;
+    o.steal = steal;
+    const Prediction p = predict_step(L, l, cl, r, o);
+    std::vector<SimOp> s;
+    for (const SimOp& op : p.ops)
+      if (op.name == "sort" || op.name == "permute") s.push_back(op);
+    return s;
+  };
+  const double t0 = 2.0 * 64 * 64 * 8 * 1e-9;  // the router (AG:aux_stats of one rank costs 0)
+  const double sort = 64e-9, permute = 2.0 * 64 * 64 * 2 * 1e-9;
+  const std::vector<SimOp> a = sorts(1);
+  ASSERT_EQ(a.size(), 4u);  // sort, sort, permute, permute
+  // Chunk 0's sort: the compute thread blocks on it at once, so it runs at full speed.
+  EXPECT_NEAR(a[0].start, t0, 1e-15);
+  EXPECT_NEAR(a[0].end, t0 + sort, 1e-15);
+  // Chunk 1's sort runs beside chunk 0's permute: twice its cost; the permute loses the half of
+  // the core the sort takes over that span (its CPU over its span, 0.5, for the 128 ns).
+  EXPECT_NEAR(a[1].start, t0 + sort, 1e-15);
+  EXPECT_NEAR(a[1].end, t0 + 3 * sort, 1e-15);
+  EXPECT_NEAR(a[2].start, t0 + sort, 1e-15);
+  EXPECT_NEAR(a[2].end, t0 + sort + permute + 0.5 * 2 * sort, 1e-15);
+  // Without steal nothing is shared: the sort takes its cost, the permute its own.
+  const std::vector<SimOp> b = sorts(0);
+  EXPECT_NEAR(b[1].end, t0 + 2 * sort, 1e-15);
+  EXPECT_NEAR(b[2].end, t0 + sort + permute, 1e-15);
+}
+
 // A contention row at `rpc` ranks per core: the wait curve (compute s, wait s), side_busy, slowdown.
 Contention row(double rpc, std::vector<double> c, std::vector<double> w, double side_busy = 0,
                double slow = 1) {
