@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "bench/dist_bench.h"
+#include "bench/engine_bytes.h"
 #include "bench/timing.h"
 
 namespace moe::bench {
@@ -35,7 +36,7 @@ ProbeResult probe_all_to_all(Communicator& world, int64_t bytes, int iters, int 
   const int W = world.size();
   calls = std::max(calls, 1);
   const int64_t block = std::max<int64_t>(bytes / (int64_t(W) * calls), 1);
-  std::vector<char> send(size_t(block * W), 1), recv(send.size());
+  EngineBytes send(size_t(block * W), 1), recv(send.size(), 0);  // the tensors' pages
   const A2ALayout layout = A2ALayout::uniform(W, block);
   // One pass of `iters` timed iterations (after one that connects): the median
   // ms, and the machine's busy core-ms per iteration into *busy_core_ms.

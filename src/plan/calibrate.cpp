@@ -10,6 +10,7 @@
 
 #include "bench/cases.h"
 #include "bench/dist_bench.h"
+#include "bench/engine_bytes.h"
 #include "bench/timing.h"
 #include "moe/dist_layer.h"
 #include "moe/isa.h"
@@ -100,7 +101,7 @@ double traced_s(const StepTimes& t) {
 
 double memcpy_gbps() {
   const size_t n = size_t(64) << 20;
-  std::vector<char> a(n, 1), b(n, 0);
+  bench::EngineBytes a(n, 1), b(n, 0);  // the tensors' pages (bench/engine_bytes.h)
   std::vector<double> t;
   for (int i = 0; i < 5; ++i) {
     const double t0 = bench::now_ms();
@@ -180,7 +181,7 @@ Contention contention_probe(const CalibrateOptions& o, Communicator& world, int 
   };
   // The probe's message: one chunk's rows (64 tokens, K slots, D of dtype) per rank, as the step sends.
   const int64_t block = std::max<int64_t>(64 * L.K * L.D * int64_t(dtype_size(L.dtype)) / W, 1);
-  std::vector<char> send(size_t(block * W), 1), recv(send.size());
+  bench::EngineBytes send(size_t(block * W), 1), recv(send.size(), 0);
   const A2ALayout chunk = A2ALayout::uniform(W, block);
   std::unique_ptr<Communicator> polite = world.split(0, world.rank());
   polite->set_polite_waits(true);
@@ -279,7 +280,7 @@ Contention contention_probe(const CalibrateOptions& o, Communicator& world, int 
   const bool same_on_every_host = max_over_ranks(H) == -max_over_ranks(-H);
   if (same_on_every_host && H > 1) {
     const int64_t n = int64_t(8) << 20;
-    std::vector<char> mine(size_t(n), 1), all(size_t(n) * size_t(H));
+    bench::EngineBytes mine(size_t(n), 1), all(size_t(n) * size_t(H), 0);
     std::vector<double> t;
     for (int i = 0; i <= std::min(iters, 8); ++i) {
       world.barrier();
@@ -297,8 +298,8 @@ Contention contention_probe(const CalibrateOptions& o, Communicator& world, int 
   }
   // Side engine: a polled all-to-all of one chunk's rows (T·K rows of D), compute thread idle or busy.
   SideEngine side(1);
-  std::vector<char>& big = send;
-  std::vector<char>& bigr = recv;
+  bench::EngineBytes& big = send;
+  bench::EngineBytes& bigr = recv;
   double side_s[2] = {0, 0};
   for (int busy = 0; busy < 2; ++busy) {
     std::vector<double> d;
