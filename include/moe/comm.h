@@ -6,9 +6,14 @@
 // all_reduce_sum / reduce_scatter_sum, done by the engine in rank order
 // (rank 0 + rank 1 + ... sequentially, in f32) after MPI moved the
 // contributions, so the bits never depend on the MPI library's algorithm.
-// Cost of that choice: all_reduce_sum receives (W-1)*n floats per rank and
-// holds W*n floats (a ring all-reduce moves ~2n); reduce_scatter_sum moves the
-// same (W-1)/W of its input as a ring reduce-scatter and holds one copy of it.
+// all_reduce_sum over W >= 3 ranks whose all-gather would bring each rank
+// kSplitAllReduceBytes or more ((W-1)*n floats) is a rank-order reduce-scatter
+// (rank j sums part j of every rank's vector) and an all-gather of the sums:
+// 2(W-1)/W*n floats in per rank, as a ring all-reduce; a smaller one (or over
+// 2 ranks) is one all-gather of the whole vectors and the rank-order sum on
+// every rank: (W-1)*n floats in, one collective's latency. Both give the same bits (each element is the same
+// chain of additions). reduce_scatter_sum moves the same (W-1)/W of its input
+// as a ring reduce-scatter and holds one copy of it.
 //
 // Counters: every call of a counted collective (AG, A2A, AR, RS; SO is filled
 // by the side engine) adds 1 to its count and the bytes this rank contributes
@@ -122,6 +127,12 @@ class Communicator {
   void all_to_allv(const void* send, void* recv, const A2ALayout& layout, size_t elem_bytes);
   // out[n] = in_0 + in_1 + ... + in_{W-1} (rank order, f32). out may alias in.
   void all_reduce_sum(const float* in, float* out, size_t n);
+  // all_reduce_sum reduce-scatters, then all-gathers, over W >= 3 ranks where its all-gather
+  // would bring each rank this many bytes or more ((W-1)·4n): all_reduce_splits(W, n).
+  static constexpr size_t kSplitAllReduceBytes = size_t(256) << 10;
+  static bool all_reduce_splits(int W, size_t n) {
+    return W >= 3 && size_t(W - 1) * n * sizeof(float) >= kSplitAllReduceBytes;
+  }
   // in [W * block]; out [block] = sum over ranks r (in rank order) of block
   // `rank()` of rank r's input. out must not alias in.
   void reduce_scatter_sum(const float* in, float* out, size_t block);

@@ -129,11 +129,41 @@ void Communicator::all_to_allv(const void* send, void* recv, const A2ALayout& la
 
 void Communicator::all_reduce_sum(const float* in, float* out, size_t n) {
   counters_->add(CollKind::AR, int64_t(n * sizeof(float)));
-  Staging staging(size_t(size()) * n);
-  // Named for the watchdog (the transport's own wait says all_gather).
+  const int W = size();
+  // Named for the watchdog (the transport's own wait says all_gather or all_to_allv).
   WatchedWait w("all_reduce_sum", std::to_string(n * sizeof(float)) + " B per rank");
-  do_all_gather(in, staging.data(), n * sizeof(float));
-  ordered_sum(staging.data(), size(), n, n, out);
+  if (!all_reduce_splits(W, n)) {
+    // Every rank's whole vector to every rank, then the rank-order sum: one collective (the
+    // latency of a small vector), (W-1)·n floats in.
+    Staging staging(size_t(W) * n);
+    do_all_gather(in, staging.data(), n * sizeof(float));
+    ordered_sum(staging.data(), W, n, n, out);
+    return;
+  }
+  // Rank j sums part j of every rank's vector (in rank order: the same chain of additions per
+  // element, so the same bits), then every rank gathers the summed parts: a reduce-scatter and an
+  // all-gather, 2·(W-1)/W·n floats in and n + n/W held.
+  const size_t part = (n + size_t(W) - 1) / size_t(W);
+  auto lo = [&](int j) { return std::min(n, size_t(j) * part); };
+  auto len = [&](int j) { return std::min(n, lo(j) + part) - lo(j); };
+  const int me = rank();
+  const size_t mine = len(me);
+  A2ALayout scatter, gather;
+  for (int j = 0; j < W; ++j) {
+    scatter.send_counts.push_back(int64_t(len(j)));
+    scatter.send_offsets.push_back(int64_t(lo(j)));
+    scatter.recv_counts.push_back(int64_t(mine));
+    scatter.recv_offsets.push_back(int64_t(size_t(j) * mine));
+    gather.send_counts.push_back(int64_t(mine));
+    gather.send_offsets.push_back(0);
+    gather.recv_counts.push_back(int64_t(len(j)));
+    gather.recv_offsets.push_back(int64_t(lo(j)));
+  }
+  Staging staging(size_t(W + 1) * mine);  // every rank's part j, then their sum
+  float* sum = staging.data() + size_t(W) * mine;
+  do_all_to_allv(in, staging.data(), scatter, sizeof(float));
+  ordered_sum(staging.data(), W, mine, mine, sum);
+  do_all_to_allv(sum, out, gather, sizeof(float));  // `in` is read by now: out may alias it
 }
 
 void Communicator::reduce_scatter_sum(const float* in, float* out, size_t block) {

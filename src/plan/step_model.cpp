@@ -5,6 +5,7 @@
 #include <functional>
 #include <sstream>
 
+#include "moe/comm.h"
 #include "moe/error.h"
 
 namespace moe::plan {
@@ -230,6 +231,30 @@ struct Step {
   double ffn_flops(double rows) const { return 6.0 * rows * double(L.D) * double(L.F); }
   // Rows of the expert-parallel receive buffer (ragged_buffer_factor -1: R·min(EP, E/K)).
   double buffer_rows() const { return double(Rc) * std::min<double>(lay.expert, double(L.E) / double(L.K)); }
+  // Communicator::all_reduce_sum of n bytes per rank over g: where it splits (all_reduce_splits: 3
+  // ranks or more, (G-1)·n >= kSplitAllReduceBytes), an all-to-all of the parts (a reduce-scatter),
+  // the rank-order sum of G parts (n bytes read, n/G written) and an all-gather of the parts; else an
+  // all-gather of the whole vectors and the sum of all G of them on every rank. `cost`: the
+  // collectives; `extra`: the sums; the CPU seconds.
+  struct AllReduce {
+    Cost cost;
+    double extra = 0, cpu = 0;
+  };
+  AllReduce all_reduce(const Group& g, double n) const {
+    const double G = g.size;
+    AllReduce a;
+    if (!Communicator::all_reduce_splits(g.size, size_t(n / 4))) {
+      a.cost = all_gather(g, n, intra_ag, inter);
+      a.extra = copy_s(G * n + n);
+      a.cpu = cpu_of(g, a.cost, n * (G - 1) / G);
+      return a;
+    }
+    const Cost rs = all_to_all(A2AAlgo::flat, g, n, intra, inter), ag = all_gather(g, n / G, intra_ag, inter);
+    a.cost = {rs.alpha_s + ag.alpha_s, rs.beta_s + ag.beta_s};
+    a.extra = copy_s(n + n / G);
+    a.cpu = cpu_of(g, rs, n * (G - 1) / G) + cpu_of(g, ag, n * (G - 1) / G);
+    return a;
+  }
   double local_sort_s(double rows) const {  // ep_sort_local + ep_unsort_local: the buffer in, the rows out
     return lay.expert > 1 ? copy_s((buffer_rows() + 3.0 * rows) * double(L.D) * b) : 0;
   }
@@ -409,19 +434,18 @@ void weight_grads(Step& s, std::vector<Ev>& reduced) {
   const bool expl = s.lay.off_fsdp && s.lay.fsdp > 1;
   for (const char* w : kWeights) {
     Cost c;
-    double extra, bytes;
+    double extra, cpu;
     if (expl) {  // every member sends each peer that peer's shard; adds G shards
-      const double shard = full / s.lay.fsdp;
-      bytes = G * shard;
+      const double shard = full / s.lay.fsdp, bytes = G * shard;
       c = all_to_all(A2AAlgo::flat, s.dfs, bytes, s.intra, s.inter);
       extra = s.copy_s(bytes + shard);
-    } else {  // the engine's deterministic AR: all-gather of the full gradient, ordered sum
-      bytes = full;
-      c = all_gather(s.dfs, full, s.intra_ag, s.inter);
-      extra = s.copy_s(double(G) * full + full);
+      cpu = s.cpu_of(s.dfs, c, bytes * (G - 1) / G);
+    } else {  // the engine's deterministic all-reduce of the full gradient
+      const Step::AllReduce a = s.all_reduce(s.dfs, full);
+      c = a.cost, extra = a.extra, cpu = a.cpu;
     }
     reduced.push_back(s.sim.collective(s.lay.off_fsdp, std::string(expl ? "RS:grad." : "AR:grad.") + w,
-                                       "grad:experts", c, extra, s.cpu_of(s.dfs, c, bytes * (G - 1) / G)));
+                                       "grad:experts", c, extra, cpu));
   }
 }
 
@@ -523,9 +547,8 @@ Prediction simulate_step(const LayerShape& L, const Layout& lay, const Cluster& 
     backward_a2a(s, reduced);
   sim.compute("router_backward", "router_backward", s.flops_s(4 * T * D * E, r.router_backward_gflops));
   if (lay.ranks() > 1) {
-    const double n = D * E * 4;
-    const Cost ar = all_gather(s.world, n, s.intra_ag, s.inter);
-    sim.collective(false, "AR:grad.router.kernel", "AR:router", ar, s.copy_s(lay.ranks() * n), 0);
+    const Step::AllReduce ar = s.all_reduce(s.world, D * E * 4);
+    sim.collective(false, "AR:grad.router.kernel", "AR:router", ar.cost, ar.extra, 0);
   }
   for (const Ev& e : reduced) sim.wait(e);
   p.step_s = sim.now();

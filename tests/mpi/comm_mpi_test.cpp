@@ -3,6 +3,7 @@
 // reductions are compared bit for bit with the rank-order sum computed locally.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <numeric>
 #include <thread>
@@ -117,14 +118,22 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
+// Below and above the split (one all-gather; a reduce-scatter and an all-gather from 3 ranks on),
+// sizes that do and do not divide by the rank count: the same bits as the rank-order sum.
 TEST(MpiComm, AllReduceIsTheRankOrderSumBitForBit) {
   Communicator& w = world();
-  const size_t n = 1000;
-  std::vector<float> in = contribution(w.rank(), n), out(n);
-  w.all_reduce_sum(in.data(), out.data(), n);
-  EXPECT_TRUE(same_bits(out, rank_order_sum(w.size(), n, 0, n)));
-  w.all_reduce_sum(in.data(), in.data(), n);  // in place
-  EXPECT_TRUE(same_bits(in, out));
+  const size_t per = sizeof(float) * size_t(std::max(w.size() - 1, 1));
+  const size_t split = (Communicator::kSplitAllReduceBytes + per - 1) / per;  // the first n that splits
+  EXPECT_EQ(Communicator::all_reduce_splits(w.size(), split), w.size() >= 3);
+  EXPECT_FALSE(Communicator::all_reduce_splits(w.size(), split - 1));
+  for (size_t n : {size_t(1), size_t(1000), split - 1, split, split + 1, 3 * split + 7}) {
+    SCOPED_TRACE("n = " + std::to_string(n));
+    std::vector<float> in = contribution(w.rank(), n), out(n);
+    w.all_reduce_sum(in.data(), out.data(), n);
+    EXPECT_TRUE(same_bits(out, rank_order_sum(w.size(), n, 0, n)));
+    w.all_reduce_sum(in.data(), in.data(), n);  // in place
+    EXPECT_TRUE(same_bits(in, out));
+  }
 }
 
 TEST(MpiComm, ReduceScatterIsTheRankOrderSumBitForBit) {

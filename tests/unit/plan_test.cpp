@@ -6,6 +6,7 @@
 
 #include <cmath>
 
+#include "moe/comm.h"
 #include "moe/error.h"
 #include "plan/cluster.h"
 #include "plan/collectives.h"
@@ -169,11 +170,42 @@ TEST(PlanStep, InlineCollectivesAreExposedAndStepIsComputePlusExposed) {
   ep2.expert = 2;
   const Prediction p = predict_step(small_layer(), ep2, cl, r);
   EXPECT_NEAR(p.step_s, p.compute_s + p.exposed_comm_s, 1e-12);
-  // Every collective inline: exposed = their α–β costs + the router AR's ordered sum (2 x D·E f32 at 1 GB/s).
-  EXPECT_NEAR(p.exposed_comm_s, p.comm_s + 2 * 64 * 8 * 4 / 1e9, 1e-12);
+  // Every collective inline: exposed = their α–β costs + the router AR's ordered sum (2 copies of
+  // D·E f32 read, one written, at 1 GB/s).
+  EXPECT_NEAR(p.exposed_comm_s, p.comm_s + 3 * 64 * 8 * 4 / 1e9, 1e-12);
   // Four A2As of R·D·2 bytes over 2 ranks: each (α + n/2/β).
   const double n = 128 * 64 * 2;
   EXPECT_NEAR(p.terms.at("A2A"), 4 * (1e-6 + n / 2 / 1e9), 1e-12);
+}
+
+// The expert gradients' all-reduce over data=4 (Communicator::all_reduce_sum): below the split an
+// all-gather of the whole gradient and the sum of all 4 copies on every rank; from it, an
+// all-to-all of quarters, the sum of 4 quarters, an all-gather of the quarters.
+TEST(PlanStep, ExpertGradientAllReduceSplitsFromItsSize) {
+  const Rates r = round_rates();
+  Cluster cl;
+  cl.cores = 4, cl.ranks_per_host = 4;  // one core per rank: speed 1
+  Layout d4;
+  d4.data = 4;
+  const Group g = make_group(4, 1, 4);
+  auto term = [&](int64_t D) {
+    LayerShape L = small_layer();
+    L.D = D;
+    return predict_step(L, d4, cl, r).terms.at("grad:experts");
+  };
+  // D = 16: 8 experts x 16 x 32 f32 = 16 KiB per weight, 48 KiB for the all-gather: under the split.
+  const double small = 8.0 * 16 * 32 * 4;
+  ASSERT_FALSE(Communicator::all_reduce_splits(4, size_t(small / 4)));
+  EXPECT_NEAR(term(16), 3 * (all_gather(g, small, kIntra, {}).total() + (4 * small + small) / 1e9), 1e-12);
+  // D = 512: 512 KiB per weight.
+  const double big = 8.0 * 512 * 32 * 4;
+  ASSERT_TRUE(Communicator::all_reduce_splits(4, size_t(big / 4)));
+  const double split = all_to_all(A2AAlgo::flat, g, big, kIntra, {}).total() +
+                       all_gather(g, big / 4, kIntra, {}).total() + (big + big / 4) / 1e9;
+  EXPECT_NEAR(term(512), 3 * split, 1e-12);
+  // Against the one all-gather it replaces: 3/4 of the bytes in twice, not 3 whole copies, and a
+  // quarter of the sums.
+  EXPECT_LT(split, all_gather(g, big, kIntra, {}).total() + (4 * big + big) / 1e9);
 }
 
 TEST(PlanStep, BusiestRanksRowsTimeTheExpertOps) {
