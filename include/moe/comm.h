@@ -7,7 +7,7 @@
 // (rank 0 + rank 1 + ... sequentially, in f32) after MPI moved the
 // contributions, so the bits never depend on the MPI library's algorithm.
 // all_reduce_sum over W >= 3 ranks whose all-gather would bring each rank
-// kSplitAllReduceBytes or more ((W-1)*n floats) is a rank-order reduce-scatter
+// kSplitAllReduceBytes (2 MiB) or more ((W-1)*n floats) is a rank-order reduce-scatter
 // (rank j sums part j of every rank's vector) and an all-gather of the sums:
 // 2(W-1)/W*n floats in per rank, as a ring all-reduce; a smaller one (or over
 // 2 ranks) is one all-gather of the whole vectors and the rank-order sum on
@@ -129,7 +129,7 @@ class Communicator {
   void all_reduce_sum(const float* in, float* out, size_t n);
   // all_reduce_sum reduce-scatters, then all-gathers, over W >= 3 ranks where its all-gather
   // would bring each rank this many bytes or more ((W-1)·4n): all_reduce_splits(W, n).
-  static constexpr size_t kSplitAllReduceBytes = size_t(256) << 10;
+  static constexpr size_t kSplitAllReduceBytes = size_t(2) << 20;
   static bool all_reduce_splits(int W, size_t n) {
     return W >= 3 && size_t(W - 1) * n * sizeof(float) >= kSplitAllReduceBytes;
   }
