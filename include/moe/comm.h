@@ -108,6 +108,18 @@ struct A2ALayout {
   static A2ALayout uniform(int size, int64_t block);
 };
 
+// Marks the calling thread as blocked on polled work for its lifetime (see
+// Communicator::set_polite_waits). Process-wide count; any thread.
+class BlockedWaiter {
+ public:
+  BlockedWaiter();
+  ~BlockedWaiter();
+  BlockedWaiter(const BlockedWaiter&) = delete;
+  BlockedWaiter& operator=(const BlockedWaiter&) = delete;
+  // True while at least one BlockedWaiter lives in this process.
+  static bool any();
+};
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -174,6 +186,11 @@ class Communicator {
   // the transfer lasts (on a slow link, most of a step). Same bytes, same
   // results; costs up to a few tens of µs of latency per collective.
   // Inherited by split(). No-op for the single-process communicator.
+  // While a thread of the process is blocked on the completion of such work (a
+  // BlockedWaiter: the compute thread in a side-engine Event::wait), polite
+  // waits poll without sleeping: that thread's core has nothing else to do, so
+  // the transfer gets MPI's progress at every test instead of once per poll
+  // interval (a large shared-memory transfer moves only inside the tests).
   void set_polite_waits(bool on) { polite_waits_ = on; }
   bool polite_waits() const { return polite_waits_; }
 

@@ -19,6 +19,7 @@
 #include "comm/mpi_comm.h"
 
 #include <mpi.h>
+#include <sched.h>
 
 #include <atomic>
 #include <chrono>
@@ -448,14 +449,24 @@ int poll_interval_us() {
   return us;
 }
 
+// While a thread of this process is blocked on the result (BlockedWaiter: the compute thread
+// waiting for a side-engine event), there is a core with nothing else to do: test again at once,
+// yielding to anything else runnable, instead of sleeping. Not for a real-time (SCHED_FIFO)
+// worker: its yield gives way to no normal thread, so it would starve the other ranks on its core;
+// it wakes from each sleep at once anyway.
 void polite_wait(MPI_Request* req) {  // REQUIRES: *req is not MPI_REQUEST_NULL
   using clock = std::chrono::steady_clock;
+  thread_local const bool realtime = sched_getscheduler(0) == SCHED_FIFO;
   const auto spin_until = clock::now() + std::chrono::microseconds(20);
   int done = 0;
   for (;;) {
     MPI_Test(req, &done, MPI_STATUS_IGNORE);
     if (done) return;
-    if (clock::now() > spin_until) std::this_thread::sleep_for(std::chrono::microseconds(poll_interval_us()));
+    if (clock::now() <= spin_until) continue;
+    if (!realtime && BlockedWaiter::any())
+      std::this_thread::yield();
+    else
+      std::this_thread::sleep_for(std::chrono::microseconds(poll_interval_us()));
   }
 }
 

@@ -2,6 +2,8 @@
 // contract in include/moe/side_engine.h).
 #include "moe/side_engine.h"
 
+#include "moe/comm.h"
+
 #include <pthread.h>
 #include <sched.h>
 
@@ -28,6 +30,7 @@ void Event::wait() const {
   std::unique_lock<std::mutex> lk(state_->mu);
   if (!state_->done) {  // bounded by the collective watchdog (include/moe/watchdog.h)
     WatchedWait w("side-engine event wait", "event '" + state_->name + "'", /*collective=*/false);
+    const BlockedWaiter blocked;  // the worker's polite waits poll without sleeping meanwhile
     state_->cv.wait(lk, [&] { return state_->done; });
   }
   if (!state_->error) return;

@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "moe/comm.h"
 #include "moe/error.h"
 
 namespace moe {
@@ -68,6 +69,32 @@ TEST(SideEngine, ManyConcurrentTasksFromManySubmitters) {
   for (auto& t : submitters) t.join();
   engine.sync();
   EXPECT_EQ(sum.load(), 4 * 250 * 251 / 2);
+}
+
+// A thread blocked in Event::wait marks itself (BlockedWaiter), so the worker's polite waits poll
+// without sleeping while it waits; the mark is gone once the wait returns.
+TEST(SideEngine, BlockedWaitMarksTheProcess) {
+  EXPECT_FALSE(BlockedWaiter::any());
+  {
+    const BlockedWaiter a;
+    EXPECT_TRUE(BlockedWaiter::any());
+    {
+      const BlockedWaiter b;
+      EXPECT_TRUE(BlockedWaiter::any());
+    }
+    EXPECT_TRUE(BlockedWaiter::any());
+  }
+  EXPECT_FALSE(BlockedWaiter::any());
+  SideEngine e(1);
+  std::atomic<bool> saw{false};
+  Event ev = e.submit("sees the waiter", [&] {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!BlockedWaiter::any() && std::chrono::steady_clock::now() < until) std::this_thread::yield();
+    saw = BlockedWaiter::any();
+  });
+  ev.wait();  // the task returns only once it has seen this wait's mark (or after 10 s)
+  EXPECT_TRUE(saw.load());
+  EXPECT_FALSE(BlockedWaiter::any());
 }
 
 TEST(SideEngine, WaitRethrowsTheTaskErrorOnTheCaller) {
