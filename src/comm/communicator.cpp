@@ -1,7 +1,6 @@
 // The backend-independent half of Communicator: argument checks, counters,
 // and the deterministic f32 reductions built on the byte-moving primitives.
 #include <algorithm>
-#include <atomic>
 #include <cstdio>
 #include <string>
 #include <utility>
@@ -32,14 +31,6 @@ void ordered_sum(const float* blocks, int count, size_t n, size_t stride, float*
     for (size_t i = 0; i < n; ++i) out[i] += src[i];
   }
 }
-
-namespace {
-std::atomic<int> g_blocked_waiters{0};
-}  // namespace
-
-BlockedWaiter::BlockedWaiter() { g_blocked_waiters.fetch_add(1, std::memory_order_relaxed); }
-BlockedWaiter::~BlockedWaiter() { g_blocked_waiters.fetch_sub(1, std::memory_order_relaxed); }
-bool BlockedWaiter::any() { return g_blocked_waiters.load(std::memory_order_relaxed) > 0; }
 
 void run_collectively(Communicator& comm, const std::function<void()>& body) {
   try {
