@@ -43,17 +43,6 @@ Shape with_dim(Shape s, int dim, int64_t extent) {
   return s;
 }
 
-// Copies [outer, len, inner] rows [begin, begin+len) of dim out of `t`.
-Tensor slice_dim(const Tensor& t, int dim, int64_t begin, int64_t len) {
-  DimView v = view_around(t, dim, "slice_dim");
-  Tensor out = Tensor::empty(t.dtype(), with_dim(t.shape(), dim, len));
-  const size_t row = size_t(v.inner) * dtype_size(t.dtype());
-  const auto* src = static_cast<const char*>(t.raw());
-  auto* dst = static_cast<char*>(out.raw());
-  for (int64_t o = 0; o < v.outer; ++o)
-    std::memcpy(dst + size_t(o * len) * row, src + size_t(o * v.extent + begin) * row, size_t(len) * row);
-  return out;
-}
 }  // namespace
 
 Tensor all_gather_dim(Communicator& comm, const Tensor& local, int dim) {
@@ -105,10 +94,22 @@ Tensor reduce_scatter_by_plan(const Mesh& mesh, const Tensor& full_grad, const G
   return t;
 }
 
-Tensor shard_at(const MeshShape& shape, const MeshCoords& coords, const Tensor& full, const ShardSpec& spec) {
+namespace {
+// Per dim, the [begin, begin + len) of the shard at `coords` (the whole dim where the spec does not
+// shard it).
+struct Box {
+  std::vector<int64_t> begin, len;
+  bool whole = true;  // no dim is cut: the shard is the tensor
+};
+
+Box shard_box(const MeshShape& shape, const MeshCoords& coords, const Tensor& full, const ShardSpec& spec) {
   if (int(spec.size()) > full.ndim())
     fail("[local_shard] spec has ", spec.size(), " dims, the tensor ", shape_str(full.shape()));
-  Tensor t = full;
+  Box b;
+  for (int d = 0; d < full.ndim(); ++d) {
+    b.begin.push_back(0);
+    b.len.push_back(full.dim(d));
+  }
   for (int d = 0; d < int(spec.size()); ++d) {
     int64_t n = 1, idx = 0;
     for (MeshAxis a : parse_mesh_axes(spec[size_t(d)])) {
@@ -116,12 +117,57 @@ Tensor shard_at(const MeshShape& shape, const MeshCoords& coords, const Tensor& 
       idx = idx * shape.extent(a) + coords[a];
     }
     if (n == 1) continue;
-    if (t.dim(d) % n != 0)
+    if (full.dim(d) % n != 0)
       fail("[local_shard] dim ", d, " of ", shape_str(full.shape()), " does not divide by ", n, " shards");
-    const int64_t len = t.dim(d) / n;
-    t = slice_dim(t, d, idx * len, len);
+    b.len[size_t(d)] = full.dim(d) / n;
+    b.begin[size_t(d)] = idx * b.len[size_t(d)];
+    b.whole = false;
   }
-  return t.raw() == full.raw() ? full.clone() : t;
+  return b;
+}
+
+Shape box_shape(const Box& b) { return Shape(b.len.begin(), b.len.end()); }
+
+// Copies the box of `full` into `dst` (row-major, the box's shape) in one pass: one memcpy per run
+// of the innermost cut dim and everything inside it.
+void copy_box(const Tensor& full, const Box& b, void* dst) {
+  const int nd = full.ndim();
+  const size_t es = dtype_size(full.dtype());
+  int cut = -1;  // the innermost dim the box does not cover whole
+  for (int d = 0; d < nd; ++d)
+    if (b.len[size_t(d)] != full.dim(d)) cut = d;
+  size_t inner = 1;  // elements below `cut`
+  for (int d = cut + 1; d < nd; ++d) inner *= size_t(full.dim(d));
+  const auto* src = static_cast<const char*>(full.raw());
+  auto* out = static_cast<char*>(dst);
+  if (cut < 0) return void(std::memcpy(out, src, size_t(full.numel()) * es));
+  const size_t run = size_t(b.len[size_t(cut)]) * inner * es;
+  // Odometer over dims [0, cut): the box's index in each, and the run's source offset.
+  std::vector<int64_t> idx(size_t(cut), 0);
+  for (;;) {
+    size_t off = 0;  // elements
+    for (int d = 0; d <= cut; ++d) {
+      int64_t i = d < cut ? b.begin[size_t(d)] + idx[size_t(d)] : b.begin[size_t(d)];
+      off = off * size_t(full.dim(d)) + size_t(i);
+    }
+    std::memcpy(out, src + off * inner * es, run);
+    out += run;
+    int d = cut - 1;
+    for (; d >= 0; --d) {
+      if (++idx[size_t(d)] < b.len[size_t(d)]) break;
+      idx[size_t(d)] = 0;
+    }
+    if (d < 0) return;
+  }
+}
+}  // namespace
+
+Tensor shard_at(const MeshShape& shape, const MeshCoords& coords, const Tensor& full, const ShardSpec& spec) {
+  Box b = shard_box(shape, coords, full, spec);
+  if (b.whole) return full.clone();
+  Tensor out = Tensor::empty(full.dtype(), box_shape(b));
+  copy_box(full, b, out.raw());
+  return out;
 }
 
 Tensor local_shard(const Mesh& mesh, const Tensor& full, const ShardSpec& spec) {
@@ -136,14 +182,15 @@ Tensor reduce_to_shard(const Mesh& mesh, const Tensor& full_grad, const ShardSpe
   std::sort(axes.begin(), axes.end());
   Communicator& comm = mesh.comm_of(axes);
   const int w = comm.size();
-  Tensor mine = local_shard(mesh, full_grad, spec);
+  // Every member's shard packed straight from the gradient, in member order (one copy of the
+  // gradient; the shard of this rank is the collective's output, not copied out first).
+  Tensor mine = Tensor::empty(DType::f32, box_shape(shard_box(mesh.shape(), mesh.coords(), full_grad, spec)));
   const size_t block = size_t(mine.numel());
   Tensor send_t = Tensor::empty(DType::f32, {int64_t(w) * int64_t(block)});
   float* send = send_t.data<float>();
-  for (int t = 0; t < w; ++t) {
-    Tensor piece = shard_at(mesh.shape(), mesh.member_coords(axes, t), full_grad, spec);
-    std::memcpy(send + size_t(t) * block, piece.data<float>(), block * sizeof(float));
-  }
+  for (int t = 0; t < w; ++t)
+    copy_box(full_grad, shard_box(mesh.shape(), mesh.member_coords(axes, t), full_grad, spec),
+             send + size_t(t) * block);
   comm.reduce_scatter_sum(send, mine.data<float>(), block);
   return mine;
 }

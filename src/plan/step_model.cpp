@@ -435,10 +435,10 @@ void weight_grads(Step& s, std::vector<Ev>& reduced) {
   for (const char* w : kWeights) {
     Cost c;
     double extra, cpu;
-    if (expl) {  // every member sends each peer that peer's shard; adds G shards
+    if (expl) {  // every member's shard packed from the gradient, sent to it, the G shards added
       const double shard = full / s.lay.fsdp, bytes = G * shard;
       c = all_to_all(A2AAlgo::flat, s.dfs, bytes, s.intra, s.inter);
-      extra = s.copy_s(bytes + shard);
+      extra = s.copy_s(bytes) + s.copy_s(bytes + shard);
       cpu = s.cpu_of(s.dfs, c, bytes * (G - 1) / G);
     } else {  // the engine's deterministic all-reduce of the full gradient
       const Step::AllReduce a = s.all_reduce(s.dfs, full);

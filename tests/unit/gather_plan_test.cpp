@@ -76,6 +76,47 @@ TEST(GatherPlan, SingleProcessExecutionIsIdentityAndCounts) {
   EXPECT_TRUE(local_shard(mesh, w, {{"fsdp"}, {}, {"expert"}}).bit_equal(w));
 }
 
+// Every element of every shard, from index arithmetic alone: dims cut by one axis, by two axes
+// (major first), several dims cut at once, the innermost dim cut, nothing cut.
+TEST(GatherPlan, ShardAtKeepsEachRanksBoxElementByElement) {
+  const MeshShape shape{2, 3, 2};  // data, fsdp, expert
+  const Shape dims = {12, 6, 6, 4};
+  Tensor full = iota(dims);
+  const std::vector<ShardSpec> specs = {
+      {{"fsdp"}},
+      {{}, {"data", "fsdp"}},
+      {{"expert"}, {"fsdp"}, {}, {"data"}},
+      {{}, {}, {}, {"expert"}},
+      {{"data", "expert"}, {}, {"fsdp"}},
+      {},
+  };
+  for (const ShardSpec& spec : specs)
+    for (int r = 0; r < shape.size(); ++r) {
+      const MeshCoords c = shape.coords_of(r);
+      std::vector<int64_t> n(dims.size(), 1), at(dims.size(), 0);  // shards and this rank's index per dim
+      for (size_t d = 0; d < spec.size(); ++d)
+        for (MeshAxis a : parse_mesh_axes(spec[d])) {
+          at[d] = at[d] * shape.extent(a) + c[a];
+          n[d] *= shape.extent(a);
+        }
+      Tensor got = shard_at(shape, c, full, spec);
+      Shape want_shape;
+      for (size_t d = 0; d < dims.size(); ++d) want_shape.push_back(dims[d] / n[d]);
+      ASSERT_EQ(got.shape(), want_shape) << "rank " << r;
+      for (int64_t i = 0; i < got.numel(); ++i) {
+        int64_t rest = i, src = 0, stride = 1;  // i's multi-index in the shard -> flat index in full
+        for (size_t d = dims.size(); d-- > 0;) {
+          const int64_t k = rest % want_shape[d];
+          rest /= want_shape[d];
+          src += (at[d] * want_shape[d] + k) * stride;
+          stride *= dims[d];
+        }
+        ASSERT_EQ(got.data<float>()[i], float(src)) << "rank " << r << " element " << i;
+      }
+    }
+  EXPECT_THROW(shard_at(shape, MeshCoords{}, iota({4, 5}), {{}, {"fsdp"}}), Error);  // 5 by 3 shards
+}
+
 TEST(GatherPlan, DimChecks) {
   auto world = make_single_process_comm();
   EXPECT_THROW(all_gather_dim(*world, iota({2, 2}), 2), Error);

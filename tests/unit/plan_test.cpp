@@ -208,6 +208,27 @@ TEST(PlanStep, ExpertGradientAllReduceSplitsFromItsSize) {
   EXPECT_LT(split, all_gather(g, big, kIntra, {}).total() + (4 * big + big) / 1e9);
 }
 
+// Offloaded FSDP gradients go back as reduce_to_shard: each member's shard packed out of the full
+// gradient (one copy of it), one all-to-all of shards, then the rank-order sum of the G shards.
+TEST(PlanStep, OffloadedGradientReduceScatterPacksSendsAndSums) {
+  const Rates r = round_rates();
+  Cluster cl;
+  cl.cores = 4, cl.ranks_per_host = 4;  // one core per rank: speed 1
+  Layout f4;
+  f4.fsdp = 4, f4.off_fsdp = true;
+  ModelOptions o;
+  o.steal = 0;
+  const LayerShape L = small_layer();
+  const Prediction p = predict_step(L, f4, cl, r, o);
+  const double full = 8.0 * 64 * 32 * 4, shard = full / 4;  // one weight's f32 gradient, its shard
+  const Group g = make_group(4, 1, 4);
+  const double one = all_to_all(A2AAlgo::flat, g, full, kIntra, {}).total() + full / 1e9 + (full + shard) / 1e9;
+  EXPECT_NEAR(p.terms.at("grad:experts"), 3 * one, 1e-12);
+  int rs = 0;
+  for (const SimOp& op : p.ops) rs += op.name.rfind("RS:grad.", 0) == 0 && op.side;
+  EXPECT_EQ(rs, 3);
+}
+
 TEST(PlanStep, BusiestRanksRowsTimeTheExpertOps) {
   // EP=2, one chunk: the busiest rank's experts get 160 rows instead of T·K = 128; the expert ops
   // (FFN, its backward with the local sort's copies, weight gradients) grow by the 32 rows, nothing else.
