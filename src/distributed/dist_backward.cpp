@@ -76,30 +76,46 @@ LayerGrads DistLayer::backward(const DistForward& f, const Tensor& dy_in, const 
   const GatherMode mode = explicit_plan_ ? GatherMode::explicit_plan : GatherMode::boundary;
   LayerWeights needed;
   std::vector<Event> reduced;
-  auto weight_grads = [&] {
-    ex.compute("weight_grads", [&] {
-      std::vector<FfnGradInputs> keeps;
-      for (auto& c : cg) keeps.push_back(std::move(c.keep));
-      if (f.chunks.size() == 1) return ffn_weight_grads(f.ffn, keeps[0], f.chunks[0].ex.local_groups, needed);
-      std::vector<int64_t> sizes;
-      std::vector<Segment> segs = merge_order(f.chunks, sizes);
-      GroupLayout merged = GroupLayout::from_sizes(sizes);
-      FfnGradInputs all;
-      for (auto field : {&FfnGradInputs::xs, &FfnGradInputs::a, &FfnGradInputs::dys, &FfnGradInputs::dh,
-                         &FfnGradInputs::dh0, &FfnGradInputs::dh1})
-        all.*field = merge_rows(keeps, segs, merged.total(), field);
-      ffn_weight_grads(f.ffn, all, merged, needed);
-    });
-    // Expert gradients go home (target fsdp_all_gather: the gathers' reduce-scatters, side
-    // engine when offloaded) while the pipeline drains and the router's backward runs.
+  // Offloaded, each expert gradient leaves as soon as it is computed: wo's reduction runs on the
+  // side engine while wi's gradients are computed (the same ops, so the same bits). Inline, the
+  // gradients are computed first, then reduced one after the other.
+  const Collective kind = mode == GatherMode::explicit_plan ? Collective::reduce_scatter : Collective::all_reduce;
+  const bool early =
+      ex.offloaded(OffloadTarget::fsdp_all_gather, kind) && reduce_moves_data(cfg_, mesh_, "experts.wo");
+  auto reduce = [&](WeightGradPart part) {
     needed.for_each(cfg_, [&](const std::string& name, Tensor& t) {
       if (name == "router.kernel" || !reduce_moves_data(cfg_, mesh_, name)) return;
-      Collective kind = mode == GatherMode::explicit_plan ? Collective::reduce_scatter : Collective::all_reduce;
+      if (part != WeightGradPart::all && (name == "experts.wo") != (part == WeightGradPart::down)) return;
       Tensor* slot = &t;
       const std::string op = std::string(kind == Collective::reduce_scatter ? "RS:grad." : "AR:grad.") + name;
       reduced.push_back(ex.collective(OffloadTarget::fsdp_all_gather, kind, op,
                                       [this, slot, name, mode](const Mesh& m) { *slot = reduce_gradient(cfg_, m, name, *slot, mode); }));
     });
+  };
+  auto weight_grads = [&] {
+    FfnGradInputs rows;  // every chunk's kept rows in single-process order
+    GroupLayout groups;
+    auto merge = [&] {
+      std::vector<FfnGradInputs> keeps;
+      for (auto& c : cg) keeps.push_back(std::move(c.keep));
+      if (f.chunks.size() == 1) return void((rows = std::move(keeps[0]), groups = f.chunks[0].ex.local_groups));
+      std::vector<int64_t> sizes;
+      std::vector<Segment> segs = merge_order(f.chunks, sizes);
+      groups = GroupLayout::from_sizes(sizes);
+      for (auto field : {&FfnGradInputs::xs, &FfnGradInputs::a, &FfnGradInputs::dys, &FfnGradInputs::dh,
+                         &FfnGradInputs::dh0, &FfnGradInputs::dh1})
+        rows.*field = merge_rows(keeps, segs, groups.total(), field);
+    };
+    if (!early) {
+      ex.compute("weight_grads", [&] { merge(), ffn_weight_grads(f.ffn, rows, groups, needed); });
+      return reduce(WeightGradPart::all);
+    }
+    // Expert gradients go home (target fsdp_all_gather: the gathers' reduce-scatters on the side
+    // engine) while the rest is computed, the pipeline drains and the router's backward runs.
+    ex.compute("weight_grads", [&] { merge(), ffn_weight_grads(f.ffn, rows, groups, needed, WeightGradPart::down); });
+    reduce(WeightGradPart::down);
+    ex.compute("weight_grads", [&] { ffn_weight_grads(f.ffn, rows, groups, needed, WeightGradPart::up); });
+    reduce(WeightGradPart::up);
   };
   if (cfg_.use_ring_of_experts)
     backward_ring(ex, f, dy, g.dx, dW, cg, weight_grads);

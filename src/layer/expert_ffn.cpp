@@ -178,8 +178,9 @@ void drhs_add(const Tensor& lhs, const Tensor& dout, const GroupLayout& g, Tenso
 }  // namespace
 
 void ffn_weight_grads_into(const FfnWeights& w, FfnGradInputs& in, const GroupLayout& g, LayerWeights& grads,
-                           bool accumulate, bool release) {
+                           bool accumulate, bool release, WeightGradPart part) {
   // Shapes from the kept rows and E_l, not from the weights (a released backward has dropped them).
+  MOE_ASSERT(!release || part == WeightGradPart::all, "ffn_weight_grads_into: release drops rows a later part needs");
   const int64_t El = w.experts, F = in.a.dim(1), D = in.dys.dim(1);
   const DType acc = in.dys.dtype() == DType::f64 ? DType::f64 : DType::f32;  // f64 on the double path
   if (accumulate && acc != DType::f32) fail("layer_backward: accumulate: an f64 layer returns fresh gradients (accumulation is f32 only)");
@@ -189,8 +190,11 @@ void ffn_weight_grads_into(const FfnWeights& w, FfnGradInputs& in, const GroupLa
     out = Tensor::empty(acc, shape);
     gmm_drhs(lhs, dout, g, 0, out);
   };
-  product(in.a, in.dys, grads.wo, {El, F, D});
-  if (release) in.a = in.dys = Tensor();
+  if (part != WeightGradPart::up) {
+    product(in.a, in.dys, grads.wo, {El, F, D});
+    if (release) in.a = in.dys = Tensor();
+  }
+  if (part == WeightGradPart::down) return;
   if (w.prefused) {
     // The split layout's gradient [2, E, D/2, 2F] is a reshape of [E, D, 2F]: each half's experts are
     // rows [0, E/2) and [E/2, E), and gmm_drhs of a group depends only on its rows.
@@ -211,9 +215,9 @@ void ffn_weight_grads_into(const FfnWeights& w, FfnGradInputs& in, const GroupLa
 }
 
 void ffn_weight_grads(const FfnWeights& w, const FfnGradInputs& in, const GroupLayout& g,
-                      LayerWeights& grads) {
+                      LayerWeights& grads, WeightGradPart part) {
   FfnGradInputs rows = in;
-  ffn_weight_grads_into(w, rows, g, grads, /*accumulate=*/false, /*release=*/false);
+  ffn_weight_grads_into(w, rows, g, grads, /*accumulate=*/false, /*release=*/false, part);
 }
 
 Tensor ffn_backward(const Config& cfg, const FfnWeights& w, const Tensor& xs, const FfnActivations& act,

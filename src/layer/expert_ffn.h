@@ -70,13 +70,17 @@ Tensor ffn_backward_data(const Config& cfg, const FfnWeights& w, const Tensor& x
 // only on its rows: the bits of ffn_weight_grads, then one f32 add). release: drop in.a and in.dys
 // after the wo gradient, in.xs and dh after wi's. Shapes come from `in` and w.experts, so the
 // weight tensors in `w` may already be released.
+// part: which gradients this call computes (down: wo; up: wi, or wi_0 and wi_1), so a caller can
+// send one on its way while the other is computed; each is the same bits as in the whole call.
+enum class WeightGradPart { all, down, up };
 void ffn_weight_grads_into(const FfnWeights& w, FfnGradInputs& in, const GroupLayout& groups,
-                           LayerWeights& grads, bool accumulate, bool release);
+                           LayerWeights& grads, bool accumulate, bool release,
+                           WeightGradPart part = WeightGradPart::all);
 
 // f32 weight gradients (names as LayerWeights; E_l = w.experts experts)
 // from the kept rows: dwo = a^T dys, dwi = xs^T dh per group.
 void ffn_weight_grads(const FfnWeights& w, const FfnGradInputs& in, const GroupLayout& groups,
-                      LayerWeights& grads);
+                      LayerWeights& grads, WeightGradPart part = WeightGradPart::all);
 
 // Both parts: returns dxs and writes the weight gradients.
 Tensor ffn_backward(const Config& cfg, const FfnWeights& w, const Tensor& xs, const FfnActivations& act,

@@ -423,16 +423,16 @@ void forward_ring(Step& s, std::vector<Ev>& routed, const Ev& up, const Ev& down
 
 // weight_grads, then each expert gradient back to its shard (boundary: AR over data x fsdp and keep
 // the shard; explicit plan: reduce_to_shard, an all-to-all of shards; offloaded as reduce_scatter).
+// Offloaded, wo's gradient (a third of the FLOPs) is computed first and sent while wi's are.
 void weight_grads(Step& s, std::vector<Ev>& reduced) {
   const double rows = s.step_rows();
   const GemmPoint g = s.gemm(rows / double(s.El));
-  double merge = s.n > 1 ? s.copy_s(2.0 * rows * double(2 * s.L.D + 4 * s.L.F) * s.b) : 0;
-  s.sim.compute("weight_grads", "weight_grads", s.flops_s(s.ffn_flops(rows), g.weight_grads_gflops) + merge);
+  const double merge = s.n > 1 ? s.copy_s(2.0 * rows * double(2 * s.L.D + 4 * s.L.F) * s.b) : 0;
+  const double all = s.flops_s(s.ffn_flops(rows), g.weight_grads_gflops);
   const int G = s.dfs.size;
-  if (G == 1) return;
   const double full = double(s.El) * double(s.L.D) * double(s.L.F) * 4;
   const bool expl = s.lay.off_fsdp && s.lay.fsdp > 1;
-  for (const char* w : kWeights) {
+  auto reduce = [&](const char* w) {
     Cost c;
     double extra, cpu;
     if (expl) {  // every member's shard packed from the gradient, sent to it, the G shards added
@@ -446,7 +446,18 @@ void weight_grads(Step& s, std::vector<Ev>& reduced) {
     }
     reduced.push_back(s.sim.collective(s.lay.off_fsdp, std::string(expl ? "RS:grad." : "AR:grad.") + w,
                                        "grad:experts", c, extra, cpu));
+  };
+  if (G == 1 || !s.lay.off_fsdp) {
+    s.sim.compute("weight_grads", "weight_grads", all + merge);
+    if (G > 1)
+      for (const char* w : kWeights) reduce(w);
+    return;
   }
+  s.sim.compute("weight_grads", "weight_grads", all / 3 + merge);
+  reduce("experts.wo");
+  s.sim.compute("weight_grads", "weight_grads", all * 2 / 3);
+  reduce("experts.wi_0");
+  reduce("experts.wi_1");
 }
 
 void backward_a2a(Step& s, std::vector<Ev>& reduced) {

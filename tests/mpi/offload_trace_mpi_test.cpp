@@ -96,5 +96,42 @@ TEST(OffloadTraceMpi, AllTargetsRunOnTheSideEngineBitIdentically) {
   expect_same_results(cfg, off, on);
 }
 
+// fsdp_all_gather: the expert gradients' reduce-scatters leave one by one, wo's while wi's are
+// computed (a second weight_grads op), and the results stay bit-identical to the inline path.
+TEST(OffloadTraceMpi, FsdpGradientsLeaveAsSoonAsComputed) {
+  Communicator& world = testing::world();
+  if (world.size() == 1) GTEST_SKIP() << "one rank: no gradient to reduce (run under mpirun -np 2 or 4)";
+  Config cfg = small_layer_config();
+  cfg.fsdp_parallelism = world.size();
+  cfg.num_moe_token_chunks = 2;
+  Mesh mesh(world, check_parallel_config(cfg, world.size()));
+  StepTrace plain_trace(world.rank());
+  DistLayer plain(cfg, mesh, false, &plain_trace);
+  const Stepped off = step(plain, plain_trace, cfg);
+  int plain_wg = 0;
+  for (const TraceOp& op : off.ops) plain_wg += op.name == "weight_grads";
+  EXPECT_EQ(plain_wg, 1);
+
+  cfg.moe_offload_targets = "fsdp_all_gather";
+  DistRuntime rt(cfg, world, /*training=*/true);
+  rt.enable_trace(true);
+  ASSERT_NE(rt.side(), nullptr) << "the MPI backend offers no side engine here";
+  DistLayer layer(cfg, rt);
+  const Stepped on = step(layer, *rt.trace(), cfg);
+  expect_same_results(cfg, off, on);
+
+  std::vector<const TraceOp*> wg, rs;
+  for (const TraceOp& op : on.ops) {
+    if (op.name == "weight_grads" && op.engine == OpEngine::compute) wg.push_back(&op);
+    if (op.name.rfind("RS:grad.", 0) == 0 && op.engine == OpEngine::side) rs.push_back(&op);
+  }
+  ASSERT_EQ(wg.size(), 2u);
+  ASSERT_EQ(rs.size(), 3u);
+  EXPECT_EQ(rs[0]->name, "RS:grad.experts.wo");
+  EXPECT_GE(rs[0]->start_us, wg[0]->end_us);  // submitted once wo's gradient exists
+  EXPECT_LE(rs[1]->start_us, rs[2]->start_us);
+  for (size_t i = 1; i < 3; ++i) EXPECT_GE(rs[i]->start_us, wg[1]->end_us) << rs[i]->name;
+}
+
 }  // namespace
 }  // namespace moe::testing

@@ -224,9 +224,26 @@ TEST(PlanStep, OffloadedGradientReduceScatterPacksSendsAndSums) {
   const Group g = make_group(4, 1, 4);
   const double one = all_to_all(A2AAlgo::flat, g, full, kIntra, {}).total() + full / 1e9 + (full + shard) / 1e9;
   EXPECT_NEAR(p.terms.at("grad:experts"), 3 * one, 1e-12);
-  int rs = 0;
-  for (const SimOp& op : p.ops) rs += op.name.rfind("RS:grad.", 0) == 0 && op.side;
-  EXPECT_EQ(rs, 3);
+  // wo's gradient first (a third of the FLOPs), its reduce-scatter on the side engine while wi's
+  // two are computed, then theirs.
+  std::vector<const SimOp*> wg, rs;
+  for (const SimOp& op : p.ops) {
+    if (op.name == "weight_grads") wg.push_back(&op);
+    if (op.name.rfind("RS:grad.", 0) == 0 && op.side) rs.push_back(&op);
+  }
+  ASSERT_EQ(wg.size(), 2u);
+  ASSERT_EQ(rs.size(), 3u);
+  EXPECT_NEAR(2 * (wg[0]->end - wg[0]->start), wg[1]->end - wg[1]->start, 1e-12);
+  EXPECT_NEAR(wg[0]->end - wg[0]->start + wg[1]->end - wg[1]->start, p.terms.at("weight_grads"), 1e-12);
+  EXPECT_EQ(rs[0]->name, "RS:grad.experts.wo");
+  EXPECT_GE(rs[0]->start, wg[0]->end);
+  EXPECT_LT(rs[0]->start, wg[1]->end);
+  EXPECT_GE(rs[1]->start, rs[0]->end);  // one side engine: in the order submitted
+  // Inline, the gradients are computed in one op and reduced after it.
+  f4.off_fsdp = false;
+  int inline_wg = 0;
+  for (const SimOp& op : predict_step(L, f4, cl, r, o).ops) inline_wg += op.name == "weight_grads";
+  EXPECT_EQ(inline_wg, 1);
 }
 
 TEST(PlanStep, BusiestRanksRowsTimeTheExpertOps) {
