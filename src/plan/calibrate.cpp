@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <thread>
 
 #include "bench/cases.h"
@@ -186,7 +187,7 @@ Contention contention_probe(const CalibrateOptions& o, Communicator& world, int 
   std::unique_ptr<Communicator> polite = world.split(0, world.rank());
   polite->set_polite_waits(true);
   Contention ct;
-  double ag_ms = 0;
+  double ag_ms = 0, a2a_ms = 0;
   ct.ranks_per_core = double(W) / std::max(1u, std::thread::hardware_concurrency());
   // Compute slowdown: the step's own compute (forward + backward of the first shape at a quarter of
   // its tokens, the T per rank of the validation's mpirun runs; a 16-token forward is bound by the
@@ -295,6 +296,28 @@ Contention contention_probe(const CalibrateOptions& o, Communicator& world, int 
     const double s = std::max(raw - (H - 1) * lat_s, 0.5 * raw);
     ct.ag_bw_Bps = double(n) * (H - 1) / std::max(s, 1e-9);
     ag_ms = s * 1e3;
+    // The all-to-all of the same 8 MiB per rank inside each host (n/H to each member): per rank,
+    // as a flat all-to-all's β, n(H-1)/H / (t - (H-1)·α). The step's all-to-alls and the engine's
+    // reduce-scatters (all-to-alls of blocks) are priced at it. Each call moves buffers the calls
+    // before did not touch (four pairs in turn), as the step's gradients and staging come from
+    // memory: the same buffers every call stay in the last-level cache (4 ranks on this 2-core VM:
+    // 0.66 ms against 0.87 for 8 MiB per rank, 1.74 against 1.91 for 16).
+    const A2ALayout even = A2ALayout::uniform(H, n / H);
+    std::vector<std::unique_ptr<bench::EngineBytes>> sends, recvs;
+    for (int b = 0; b < 4; ++b)
+      sends.push_back(std::make_unique<bench::EngineBytes>(size_t(n), 1)),
+          recvs.push_back(std::make_unique<bench::EngineBytes>(size_t(n), 0));
+    std::vector<double> ta;
+    for (int i = 0; i <= std::min(iters, 8) + 3; ++i) {
+      world.barrier();
+      const double t0 = bench::now_ms();
+      host->all_to_allv(sends[size_t(i % 4)]->data(), recvs[size_t(i % 4)]->data(), even, 1);
+      if (i > 3) ta.push_back((bench::now_ms() - t0) * 1e-3);  // the first four map the buffers
+    }
+    const double raw_a = max_over_ranks(median(ta));
+    const double sa = std::max(raw_a - (H - 1) * lat_s, 0.5 * raw_a);
+    ct.a2a_bw_Bps = double(n / H * H) * (H - 1) / H / std::max(sa, 1e-9);
+    a2a_ms = sa * 1e3;
   }
   // Side engine: a polled all-to-all of one chunk's rows (T·K rows of D), compute thread idle or busy.
   SideEngine side(1);
@@ -349,13 +372,16 @@ Contention contention_probe(const CalibrateOptions& o, Communicator& world, int 
   work4_alone = median(alone4);
   const double frac = median(overlap) > 1e-4 ? (median(stretched) - work4_alone) / median(overlap) : 0.0;
   ct.side_cpu_frac = std::clamp(mean_over_ranks(std::clamp(frac, 0.0, 1.0)), 0.0, 1.0);
-  char ag_text[160];
+  char ag_text[256];
   if (ct.ag_bw_Bps > 0)
-    std::snprintf(ag_text, sizeof ag_text, "all-gather of 8 MiB per rank inside each host (%d ranks) %.3f ms -> %.3f GB/s per rank", H, ag_ms, ct.ag_bw_Bps / 1e9);
+    std::snprintf(ag_text, sizeof ag_text,
+                  "all-gather of 8 MiB per rank inside each host (%d ranks) %.3f ms -> %.3f GB/s per rank; "
+                  "all-to-all of 8 MiB per rank there %.3f ms -> %.3f GB/s per rank",
+                  H, ag_ms, ct.ag_bw_Bps / 1e9, a2a_ms, ct.a2a_bw_Bps / 1e9);
   else
     std::snprintf(ag_text, sizeof ag_text, "all-gather inside a host not measured (%d rank(s) on this one)", H);
   if (o.log && world.rank() == 0) {
-    char b[512];
+    char b[768];
     std::snprintf(
         b, sizeof b,
         "; side engine's all-to-all of %lld B per peer: %.3f ms idle, %.3f ms busy -> side_busy %.1f us; "

@@ -102,14 +102,20 @@ double Rates::compute_slowdown_at(double rpc, double weight_bytes) const {
       contention, rpc, [&](const Contention& row) { return row.slowdown_at(weight_bytes); }, 1.0);
 }
 
-double Rates::ag_bw_at(double rpc) const {
+namespace {
+// A bandwidth of the contention rows that measured it (`field` > 0), by ranks per core; 0: none did.
+double measured_bw_at(const std::vector<Contention>& contention, double rpc, double Contention::*field) {
   std::vector<Contention> rows;
   for (const Contention& c : contention)
-    if (c.ag_bw_Bps > 0) rows.push_back(c);
+    if (c.*field > 0) rows.push_back(c);
   if (rows.empty()) return 0;
   // From the first measured row's value at 0 ranks per core: flat up to that row.
-  return over_rows(rows, rpc, [](const Contention& row) { return row.ag_bw_Bps; }, rows.front().ag_bw_Bps);
+  return over_rows(rows, rpc, [&](const Contention& row) { return row.*field; }, rows.front().*field);
 }
+}  // namespace
+
+double Rates::ag_bw_at(double rpc) const { return measured_bw_at(contention, rpc, &Contention::ag_bw_Bps); }
+double Rates::a2a_bw_at(double rpc) const { return measured_bw_at(contention, rpc, &Contention::a2a_bw_Bps); }
 
 void Rates::set_contention(const Contention& c) {
   auto same = [&](const Contention& x) { return std::fabs(x.ranks_per_core - c.ranks_per_core) < 1e-9; };
@@ -160,6 +166,7 @@ std::string rates_json(const Rates& r) {
                           {"compute_slowdown", c.compute_slowdown},
                           {"side_cpu_frac", c.side_cpu_frac}};
     if (c.ag_bw_Bps > 0) row["ag_bw_gbps"] = c.ag_bw_Bps / 1e9;
+    if (c.a2a_bw_Bps > 0) row["a2a_bw_gbps"] = c.a2a_bw_Bps / 1e9;
     if (c.small_weight_bytes > 0 && c.weight_bytes > 0) {
       row["weight_mb"] = c.weight_bytes / 1e6, row["small_weight_mb"] = c.small_weight_bytes / 1e6;
       row["small_compute_slowdown"] = c.small_compute_slowdown;
@@ -249,7 +256,8 @@ Rates parse_rates(const std::string& text, const std::string& where) {
       row.compute_slowdown = c.contains("compute_slowdown") ? positive(c, "compute_slowdown", at) : 1.0;
       row.side_cpu_frac = c.contains("side_cpu_frac") ? positive(c, "side_cpu_frac", at, true) : 0.0;
       if (row.side_cpu_frac > 1) fail(at, ": 'side_cpu_frac' must be in [0, 1], got ", row.side_cpu_frac);
-      row.ag_bw_Bps = c.contains("ag_bw_gbps") ? positive(c, "ag_bw_gbps", at) * 1e9 : 0.0;  // optional
+      row.ag_bw_Bps = c.contains("ag_bw_gbps") ? positive(c, "ag_bw_gbps", at) * 1e9 : 0.0;     // optional
+      row.a2a_bw_Bps = c.contains("a2a_bw_gbps") ? positive(c, "a2a_bw_gbps", at) * 1e9 : 0.0;  // optional
       if (c.contains("small_weight_mb")) {  // optional: the slowdown of smaller weights
         row.weight_bytes = positive(c, "weight_mb", at) * 1e6;
         row.small_weight_bytes = positive(c, "small_weight_mb", at) * 1e6;

@@ -55,7 +55,9 @@ struct Contention {
   double weight_bytes = 0, small_weight_bytes = 0, small_compute_slowdown = 1;
   double slowdown_at(double weight_bytes) const;
   double side_cpu_frac = 0;  // in [0, 1]
-  double ag_bw_Bps = 0;
+  // Per rank, a large collective inside a host at this many ranks per core, measured (0: not):
+  // an all-gather's ring β and an all-to-all's β (bytes leaving a rank over its time).
+  double ag_bw_Bps = 0, a2a_bw_Bps = 0;
   double wait_after(double compute_s) const;
 };
 
@@ -104,6 +106,7 @@ struct Rates {
   // The measured all-gather bandwidth at `ranks_per_core`: linear between the rows that measured
   // it, the nearest such row beyond them; 0 when none did.
   double ag_bw_at(double ranks_per_core) const;
+  double a2a_bw_at(double ranks_per_core) const;  // as ag_bw_at, from the rows that measured it
   // Adds a measured row, replacing one at the same ranks per core; keeps the rows sorted.
   void set_contention(const Contention& c);
 };

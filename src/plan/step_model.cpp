@@ -208,8 +208,8 @@ struct Step {
   const Rates& r;
   Sim& sim;
   double speed = 1, b = 2, wb = 4;
-  Link intra, inter;
-  Link intra_ag;  // intra for the all-gathers: their measured bandwidth where the rates have it
+  Link intra, inter;  // intra: the all-to-alls' bandwidth where the rates measured it at this density
+  Link intra_ag;      // intra for the all-gathers: their measured bandwidth where the rates have it
   Group ep, fs, dfs, world;
   int64_t El = 1, n = 1, Tc = 1, Rc = 1;
 
@@ -300,10 +300,14 @@ Step make_step(const LayerShape& L, const Layout& lay, const Cluster& cl, const 
   s.intra.bw_Bps *= std::min(1.0, cl.cores_per_rank());  // shared-memory copies are CPU work
   // Large all-gathers at this many ranks per core run faster than that share of the all-to-all's
   // bandwidth (docs/distributed.md, "Model of scale"): their own measurement where there is one.
+  // The same for the all-to-alls (and the reduce-scatters, which are all-to-alls of blocks in the
+  // engine): at 2 ranks per core on this machine 2.5x below the halved link measured at -np 2.
   s.intra_ag = s.intra;
   if (cl.intra.bw_Bps <= 0 && cl.cores > 0) {
-    const double ag = r.ag_bw_at(double(cl.ranks_per_host) / cl.cores);
+    const double rpc = double(cl.ranks_per_host) / cl.cores;
+    const double ag = r.ag_bw_at(rpc), a2a = r.a2a_bw_at(rpc);
     if (ag > 0) s.intra_ag.bw_Bps = ag;
+    if (a2a > 0) s.intra.bw_Bps = a2a;
   }
   s.inter = cl.inter;
   s.inter.sync_s = cl.sync_given ? cl.intra.sync_s : 0;

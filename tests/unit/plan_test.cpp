@@ -653,6 +653,43 @@ TEST(PlanStep, RanksSharingACoreComputeFasterWhileTheOthersWait) {
   EXPECT_DOUBLE_EQ(predict_step(L, Layout{}, half, r).others_busy, 1.0);
 }
 
+TEST(PlanStep, MeasuredAllToAllBandwidthPricesTheAllToAlls) {
+  // 4 ranks on 2 cores: where the contention row measured a large all-to-all's bandwidth, the
+  // all-to-alls (expert parallelism's four here, T·K rows of D bf16 each) are priced at it instead
+  // of the halved link (1 GB/s -> 0.5); the all-gathers do not move.
+  Rates r = round_rates();
+  Cluster cl;
+  cl.cores = 2, cl.ranks_per_host = 4;
+  Layout ep4;
+  ep4.expert = 4;
+  const LayerShape L = small_layer();
+  auto with_a2a = [&](double bw) {
+    Contention c = row(2, {0}, {0});
+    c.a2a_bw_Bps = bw;
+    return with_row(r, c);
+  };
+  ModelOptions sliced;
+  sliced.others_busy = 1;
+  const Prediction halved = predict_step(L, ep4, cl, with_a2a(0), sliced);
+  const Prediction measured = predict_step(L, ep4, cl, with_a2a(0.25e9), sliced);
+  const double bytes = 64.0 * 2 * 64 * 2;  // T·K rows of D, bf16
+  EXPECT_NEAR(measured.terms.at("A2A") - halved.terms.at("A2A"), 4 * bytes * 3 / 4 * (1 / 0.25e9 - 1 / 0.5e9), 1e-12);
+  EXPECT_DOUBLE_EQ(measured.terms.at("AG:aux_stats"), halved.terms.at("AG:aux_stats"));
+  // A link given in the cluster description wins; rows interpolate; files keep it, or leave it out.
+  Cluster given = cl;
+  given.intra = Link{1e9, 1e-6};
+  EXPECT_DOUBLE_EQ(predict_step(L, ep4, given, with_a2a(0.25e9)).step_s, predict_step(L, ep4, given, with_a2a(0)).step_s);
+  Rates two = with_a2a(2e9);
+  Contention one = row(1, {0}, {0});
+  one.a2a_bw_Bps = 4e9;
+  two.set_contention(one);
+  EXPECT_NEAR(two.a2a_bw_at(1.5), 3e9, 1e-3);
+  EXPECT_NEAR(two.a2a_bw_at(0.5), 4e9, 1e-3);
+  EXPECT_DOUBLE_EQ(two.ag_bw_at(1.5), 0.0);
+  EXPECT_NEAR(parse_rates(rates_json(two), "mem").a2a_bw_at(1.5), 3e9, 1e-3);
+  EXPECT_EQ(rates_json(with_a2a(0)).find("a2a_bw_gbps"), std::string::npos);
+}
+
 TEST(PlanStep, MeasuredAllGatherBandwidthPricesTheGathersOnly) {
   // 4 ranks on 2 cores (2 ranks per core): the intra link's bandwidth is halved for the half core
   // (1 GB/s -> 0.5), unless the contention row measured the all-gather's own: then every
