@@ -35,7 +35,7 @@ std::string side_engine_core_warning(double cores, int pool_threads, bool realti
                 "the side engine (moe_offload_targets) has no core of its own: %d compute thread(s) on this "
                 "rank's %.3g CPU(s), and it runs at normal priority, so each offloaded collective waits for a "
                 "core and offload can make the step slower than none (2 ranks on 2 cores: up to 8%% slower, 4 ranks "
-                "up to 30%%, docs/offload.md). Set MOE_SIDE_ENGINE_RT=1 (needs CAP_SYS_NICE or an RLIMIT_RTPRIO) or leave "
+                "up to 20%%, docs/offload.md). Set MOE_SIDE_ENGINE_RT=1 (needs CAP_SYS_NICE or an RLIMIT_RTPRIO) or leave "
                 "a core per rank free (MOE_NUM_THREADS)",
                 pool_threads, cores);
   return buf;
