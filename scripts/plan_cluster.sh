@@ -1,11 +1,11 @@
 #!/bin/bash
 # moe plan across hosts: 2 hosts x 2 ranks of the cluster-on-one-machine harness (scripts/cluster.sh;
 # CLUSTER_DIR: a checkout with it, default this one) at each link rate given; per rate: the link's
-# α measured with 1 rank per host (moe plan --calibrate under mpirun -np 2 --map-by node), the
-# NIC's bandwidth with the run's placement (a 4 MB all-to-all of the 4 ranks, `moe bench --dist
-# --probe-mb 4`: both ranks of a host cross its NIC at once, and two TCP streams through the
-# shaped link carry more than one; solved for β_inter with the model's flat all-to-all formula,
-# the intra-host part at the rates file's shared memory),
+# α and its bandwidth for one stream per pair of hosts measured with 1 rank per host (moe plan
+# --calibrate under mpirun -np 2 --map-by node: inter_bw), the NIC's bandwidth for the all-to-all
+# with the run's placement (a 4 MB all-to-all of the 4 ranks, `moe bench --dist --probe-mb 4`:
+# each rank sends to both ranks of the other host at once; solved for β_inter with the model's flat
+# all-to-all formula, the intra-host part at the rates file's shared memory: inter_a2a_bw),
 # the contention of the run's own placement (2 ranks on each host's one core, peers across the
 # link) measured under the cluster's mpirun -np 4 into OUT_DIR/rates_cluster_RATE.json, the
 # `moe bench --dist` variants measured, then predicted with the measured link and that contention
@@ -43,8 +43,8 @@ ITEM5=(-x MOE_SIDE_ENGINE_RT=1 --mca btl_tcp_eager_limit 1048576 --mca btl_tcp_m
 link_args() { [[ $1 == unshaped ]] || echo "--link $1"; }
 # Predicts every variant measured in OUT/m_cluster_TAG.json from OUT/rates_cluster_TAG.json on the
 # 2-host cluster with RANKS ranks per host (one core per host), the link at BW GB/s and LAT us.
-predict() {  # TAG RANKS BW LAT
-  local v probe cl="hosts=2,cores=1,ranks_per_host=$2,threads=1,inter_bw=$3GB,inter_lat=$4us"
+predict() {  # TAG RANKS BW LAT [A2A_BW]
+  local v probe cl="hosts=2,cores=1,ranks_per_host=$2,threads=1,inter_bw=$3GB,inter_lat=$4us${5:+,inter_a2a_bw=$5GB}"
   while read -r v probe; do
     $MOE plan --rates "$OUT/rates_cluster_$1.json" --bench-variant "$v" --cluster "$cl" \
       --json "$OUT/p_cluster_$1_$v.json" >/dev/null
@@ -99,7 +99,7 @@ if ((RPH == 2)); then for rate in "$@"; do
   # β_inter of one host's NIC from the probe's median t (P=4 ranks, p=2 per host, n=4 MB per rank):
   #   t = (p-1)·α_intra + (P-p)·α_inter + n(p-1)/P/β_intra + p·n(P-p)/P/β_inter
   # with β_intra at half a core per rank (the model's scaling of shared-memory copies).
-  read -r bw lat < <(python3 - "$OUT" "$rate" <<'PY'
+  read -r bw lat pair_bw < <(python3 - "$OUT" "$rate" <<'PY'
 import json, re, sys
 out, rate = sys.argv[1], sys.argv[2]
 i = json.load(open("%s/link_%s.json" % (out, rate)))["intra"]
@@ -108,11 +108,15 @@ t = float(re.search(r"median ([0-9.]+) ms", open("%s/nic_%s.txt" % (out, rate)).
 P, p, n = 4, 2, 4e6
 a_intra, a_inter, b_intra = r["lat_us"] * 1e-6, i["lat_us"] * 1e-6, r["bw_gbps"] * 1e9 * 0.5
 rest = t - (p - 1) * a_intra - (P - p) * a_inter - n * (p - 1) / P / b_intra
-print(p * n * (P - p) / P / rest / 1e9, i["lat_us"])
+print(p * n * (P - p) / P / rest / 1e9, i["lat_us"], i["bw_gbps"])
 PY
 )
   echo "$bw" >"$OUT/nic_$rate.gbps"
-  predict "$rate" 2 "$bw" "$lat"  # one core per host (the harness splits the 2 cores): 0.5 core per rank
+  # One core per host (the harness splits the 2 cores): 0.5 core per rank. The link's bandwidth for
+  # one stream per pair of hosts (the gathers, the all-reduces, a pair's reduce-scatter) is the
+  # one-rank-per-host calibration's, as with RPH=1; the probe's is the all-to-all's (each rank to
+  # both ranks of the other host at once), 20-25% below it here.
+  predict "$rate" 2 "$pair_bw" "$lat" "$bw"
 done; fi
 python3 - "$OUT" "$RPH" "$@" <<'PY'
 import json, sys, os

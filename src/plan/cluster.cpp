@@ -67,7 +67,7 @@ Cluster parse_cluster(const std::string& spec) {
     if (eq == std::string::npos || eq == 0)
       fail("--cluster: item '", item,
            "': expected key=value (hosts, cores, ranks_per_host, threads, inter_bw, ",
-           "inter_lat, intra_bw, intra_lat)");
+           "inter_lat, inter_a2a_bw, intra_bw, intra_lat, sync)");
     const std::string key = item.substr(0, eq), value = item.substr(eq + 1);
     if (key == "hosts")
       c.hosts = positive_int(key, value);
@@ -81,6 +81,8 @@ Cluster parse_cluster(const std::string& spec) {
       c.inter.bw_Bps = parse_bandwidth(key, value), inter_bw = true;
     else if (key == "inter_lat")
       c.inter.lat_s = parse_duration(key, value);
+    else if (key == "inter_a2a_bw")
+      c.inter.a2a_bw_Bps = parse_bandwidth(key, value);
     else if (key == "intra_bw")
       c.intra.bw_Bps = parse_bandwidth(key, value);
     else if (key == "intra_lat")
@@ -90,10 +92,12 @@ Cluster parse_cluster(const std::string& spec) {
     else
       fail("--cluster: unknown item '", key,
            "' (expected hosts, cores, ranks_per_host, threads, inter_bw, inter_lat, ",
-           "intra_bw, intra_lat, sync)");
+           "inter_a2a_bw, intra_bw, intra_lat, sync)");
   }
   if (c.hosts > 1 && !inter_bw)
     fail("--cluster: hosts=", c.hosts, " needs inter_bw (the link between hosts, e.g. 10Gbit)");
+  if (c.inter.a2a_bw_Bps > 0 && !inter_bw)
+    fail("--cluster: inter_a2a_bw needs inter_bw (the link's bandwidth for one stream per pair of hosts)");
   return c;
 }
 
@@ -104,7 +108,12 @@ std::string format_cluster(const Cluster& c) {
                 "intra %.3g GB/s %.3g us",
                 c.hosts, c.ranks_per_host, c.cores, c.cores_per_rank(), c.inter.bw_Bps * 8 / 1e9,
                 c.inter.lat_s * 1e6, c.intra.bw_Bps / 1e9, c.intra.lat_s * 1e6);
-  return b;
+  std::string out = b;
+  if (c.inter.a2a_bw_Bps > 0) {
+    std::snprintf(b, sizeof b, "; inter all-to-all %.3g Gbit/s", c.inter.a2a_bw_Bps * 8 / 1e9);
+    out += b;
+  }
+  return out;
 }
 
 }  // namespace moe::plan

@@ -14,6 +14,11 @@ struct Link {
   // Extra wait per collective for the slowest peer to arrive (ranks time-sliced on shared,
   // loaded cores: measured on this machine under mpirun; 0 on dedicated cores).
   double sync_s = 0;
+  // Between hosts: the NIC's bandwidth for an all-to-all in which each rank sends to more than one
+  // other host's ranks at once (many streams; on this machine's shaped veth links 20-25% below
+  // one stream per pair of hosts); 0: bw_Bps.
+  double a2a_bw_Bps = 0;
+  double many_peers_bw() const { return a2a_bw_Bps > 0 ? a2a_bw_Bps : bw_Bps; }
 };
 
 struct Cluster {
@@ -29,7 +34,7 @@ struct Cluster {
   double cores_per_rank() const { return cores / ranks_per_host; }
 };
 
-// "hosts=16,cores=32,ranks_per_host=4,inter_bw=10Gbit,inter_lat=20us,intra_bw=20GB,intra_lat=2us[,threads=N][,sync=1ms]".
+// "hosts=16,cores=32,ranks_per_host=4,inter_bw=10Gbit,inter_lat=20us,intra_bw=20GB,intra_lat=2us[,threads=N][,sync=1ms][,inter_a2a_bw=8Gbit]".
 // Bandwidths: a number with Gbit, Mbit, Kbit, bit, GB, MB, KB or B (per second; "/s" optional).
 // Times: a number with s, ms, us or ns. Throws moe::Error naming the item and what was expected.
 Cluster parse_cluster(const std::string& spec);

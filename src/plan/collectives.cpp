@@ -20,6 +20,11 @@ const char* a2a_algo_name(A2AAlgo a) { return a == A2AAlgo::flat ? "flat" : "hie
 
 namespace {
 double inter_bw(const Group& g, const Link& inter) { return inter.bw_Bps / g.sharing; }
+// An all-to-all whose ranks each send to more than one other host at once: the NIC at its
+// many-streams bandwidth (Link::a2a_bw_Bps).
+double inter_bw(const Group& g, const Link& inter, double remote_peers) {
+  return (remote_peers > 1 ? inter.many_peers_bw() : inter.bw_Bps) / g.sharing;
+}
 // Every collective of more than one rank waits once for its slowest member (Link::sync_s).
 Cost synced(Cost c, const Group& g, const Link& intra, const Link& inter) {
   if (g.size > 1) c.alpha_s += g.hosts() > 1 ? std::max(intra.sync_s, inter.sync_s) : intra.sync_s;
@@ -32,13 +37,14 @@ Cost synced(Cost c, const Group& g, const Link& intra, const Link& inter) {
 // carries sharing·p_local members' bytes.
 //   α: (p_local-1)·α_intra + (P-p_local)·α_inter
 //   β: n(p_local-1)/P / β_intra + n(P-p_local)/P / (β_inter/(sharing·p_local))
+// β_inter: the NIC's many-streams bandwidth where a rank has more than one remote peer.
 Cost all_to_all(A2AAlgo algo, const Group& g, double n, const Link& intra, const Link& inter) {
   const double P = g.size, pl = g.p_local, h = g.hosts();
   Cost c;
   if (g.size == 1) return c;
   if (algo == A2AAlgo::flat || g.hosts() == 1) {
     c.alpha_s = (pl - 1) * intra.lat_s + (P - pl) * inter.lat_s;
-    c.beta_s = n * (pl - 1) / P / intra.bw_Bps + (P > pl ? n * (P - pl) / P / (inter_bw(g, inter) / pl) : 0);
+    c.beta_s = n * (pl - 1) / P / intra.bw_Bps + (P > pl ? n * (P - pl) / P / (inter_bw(g, inter, P - pl) / pl) : 0);
     return synced(c, g, intra, inter);
   }
   // Hierarchical, as src/comm/hier_a2a.h runs it (Tutel's 2DH): (1) an exchange inside the host,
@@ -46,9 +52,10 @@ Cost all_to_all(A2AAlgo algo, const Group& g, double n, const Link& intra, const
   // exchange on each lane (one rank per host): h-1 messages, each carrying p_local ranks' rows; the
   // host's p_local lanes (of each of the `sharing` groups) cross its NIC at once.
   //   α: (p_local-1)·α_intra + (h-1)·α_inter
-  //   β: n(p_local-1)/p_local / β_intra + n(h-1)/h / (β_inter/(sharing·p_local))
+  //   β: n(p_local-1)/p_local / β_intra + n(h-1)/h / (β_inter/(sharing·p_local)), β_inter many-streams
+  //   where h > 2
   c.alpha_s = (pl - 1) * intra.lat_s + (h - 1) * inter.lat_s;
-  c.beta_s = n * (pl - 1) / pl / intra.bw_Bps + n * (h - 1) / h / (inter_bw(g, inter) / pl);
+  c.beta_s = n * (pl - 1) / pl / intra.bw_Bps + n * (h - 1) / h / (inter_bw(g, inter, h - 1) / pl);
   return synced(c, g, intra, inter);
 }
 

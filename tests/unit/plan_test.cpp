@@ -39,6 +39,11 @@ TEST(PlanCluster, ParsesEveryItemWithUnits) {
   EXPECT_DOUBLE_EQ(parse_bandwidth("x", "800Mbit"), 1e8);
   EXPECT_DOUBLE_EQ(parse_duration("x", "1.5ms"), 1.5e-3);
   EXPECT_DOUBLE_EQ(parse_cluster("cores=2,ranks_per_host=4").cores_per_rank(), 0.5);  // oversubscribed
+  EXPECT_DOUBLE_EQ(c.inter.a2a_bw_Bps, 0.0);  // not given: the all-to-alls' NIC bandwidth is inter_bw
+  EXPECT_DOUBLE_EQ(c.inter.many_peers_bw(), 1.25e9);
+  const Cluster a = parse_cluster("hosts=2,inter_bw=1Gbit,inter_a2a_bw=400Mbit");
+  EXPECT_DOUBLE_EQ(a.inter.a2a_bw_Bps, 5e7);
+  EXPECT_NE(format_cluster(a).find("inter all-to-all 0.4 Gbit/s"), std::string::npos) << format_cluster(a);
 }
 
 TEST(PlanCluster, BadItemsNameTheItem) {
@@ -52,6 +57,8 @@ TEST(PlanCluster, BadItemsNameTheItem) {
             std::string::npos);
   EXPECT_NE(error_of([] { parse_cluster("hosts=2"); }).find("needs inter_bw"), std::string::npos);
   EXPECT_NE(error_of([] { parse_cluster("inter_lat=fast"); }).find("inter_lat=fast: expected a number"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { parse_cluster("inter_a2a_bw=1Gbit"); }).find("inter_a2a_bw needs inter_bw"),
             std::string::npos);
 }
 
@@ -104,6 +111,21 @@ TEST(PlanCollectives, FlatAndHierarchicalAcrossHosts) {
   const Link slow{1e8, 1e-6};
   EXPECT_GT(all_to_all(A2AAlgo::hierarchical, make_group(8, 1, 2), 8e6, slow, kInter).total(),
             all_to_all(A2AAlgo::flat, make_group(8, 1, 2), 8e6, slow, kInter).total());
+  // The NIC's many-streams bandwidth (inter_a2a_bw: 0.5 GB/s here) where a rank sends to more than
+  // one other host's ranks: the flat one's 6 remote peers and the hierarchical lanes' 3 other hosts.
+  Link many = kInter;
+  many.a2a_bw_Bps = 0.5e9;
+  EXPECT_NEAR(all_to_all(A2AAlgo::flat, g, 8e6, kIntra, many).beta_s, 1e6 / 1e9 + 2 * 6e6 / 0.5e9, 1e-15);
+  EXPECT_NEAR(all_to_all(A2AAlgo::hierarchical, g, 8e6, kIntra, many).beta_s, 4e6 / 1e9 + 2 * 8e6 * 0.75 / 0.5e9,
+              1e-15);
+  // One remote peer (2 hosts, one member each): a stream per pair of hosts, at inter_bw.
+  const Group pair = make_group(2, 2, 2);
+  ASSERT_EQ(pair.p_local, 1);
+  EXPECT_DOUBLE_EQ(all_to_all(A2AAlgo::flat, pair, 8e6, kIntra, many).total(),
+                   all_to_all(A2AAlgo::flat, pair, 8e6, kIntra, kInter).total());
+  // The gathers are pairwise steps: never at the many-streams bandwidth.
+  EXPECT_DOUBLE_EQ(ring_all_gather(make_group(4, 4, 4), 1e6, kIntra, many).total(),
+                   ring_all_gather(make_group(4, 4, 4), 1e6, kIntra, kInter).total());
 }
 
 TEST(PlanCollectives, RingAllGatherAndReduceScatter) {
