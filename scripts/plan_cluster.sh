@@ -27,8 +27,12 @@ CLUSTER_DIR=${CLUSTER_DIR:-$PWD}
 C="$CLUSTER_DIR/scripts/cluster.sh"
 MOE=$PWD/build/moe
 RPH=${RPH:-2}
+HOSTS=${HOSTS:-2}
 [[ $RPH == 1 || $RPH == 2 ]] || { echo "plan_cluster.sh: RPH must be 1 or 2" >&2; exit 2; }
-if ((RPH == 1)); then
+[[ $HOSTS == 2 || ($HOSTS == 4 && $RPH == 1) ]] || { echo "plan_cluster.sh: HOSTS must be 2, or 4 with RPH=1" >&2; exit 2; }
+if ((RPH == 1 && HOSTS == 4)); then
+  VARIANTS=${VARIANTS:-"ep4+all fsdp2_ep2+all ep4_chunks4+all"}
+elif ((RPH == 1)); then
   VARIANTS=${VARIANTS:-"ep2_chunks4+all ring2_chunks4+all"}
 else
   VARIANTS=${VARIANTS:-"ep4+all fsdp2_ep2+all ep4_chunks4+all"}
@@ -43,8 +47,9 @@ ITEM5=(-x MOE_SIDE_ENGINE_RT=1 --mca btl_tcp_eager_limit 1048576 --mca btl_tcp_m
 link_args() { [[ $1 == unshaped ]] || echo "--link $1"; }
 # Predicts every variant measured in OUT/m_cluster_TAG.json from OUT/rates_cluster_TAG.json on the
 # 2-host cluster with RANKS ranks per host (one core per host), the link at BW GB/s and LAT us.
-predict() {  # TAG RANKS BW LAT [A2A_BW]
-  local v probe cl="hosts=2,cores=1,ranks_per_host=$2,threads=1,inter_bw=$3GB,inter_lat=$4us${5:+,inter_a2a_bw=$5GB}"
+predict() {  # TAG RANKS BW LAT [A2A_BW]; HOSTS hosts on the machine's cores (cores per host: nproc / HOSTS)
+  local v probe cl
+  cl="hosts=$HOSTS,cores=$(python3 -c "print($(nproc) / $HOSTS)"),ranks_per_host=$2,threads=1,inter_bw=$3GB,inter_lat=$4us${5:+,inter_a2a_bw=$5GB}"
   while read -r v probe; do
     $MOE plan --rates "$OUT/rates_cluster_$1.json" --bench-variant "$v" --cluster "$cl" \
       --json "$OUT/p_cluster_$1_$v.json" >/dev/null
@@ -57,24 +62,55 @@ predict() {  # TAG RANKS BW LAT [A2A_BW]
 if ((RPH == 1)); then
   for rate in "$@"; do
     tag=1x_$rate
+    ((HOSTS == 2)) || tag=${HOSTS}x1_$rate
     if ! [[ ${SKIP_MEASURED:-0} == 1 && -f $OUT/m_cluster_$tag.json ]]; then
       "$C" down --name plan >/dev/null 2>&1 || true
       # shellcheck disable=SC2046
-      "$C" up 2 --name plan --ranks-per-host 1 $(link_args "$rate")
-      "$C" placement --name plan 2 --map-by node
+      "$C" up "$HOSTS" --name plan --ranks-per-host 1 $(link_args "$rate")
+      "$C" placement --name plan "$HOSTS" --map-by node
       echo "load ($tag): $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$OUT/load.txt"
-      $W -np 2 --map-by node "${ITEM5[@]}" "$MOE" plan --calibrate --rates "$PWD/$OUT/rates.json" \
+      $W -np "$HOSTS" --map-by node "${ITEM5[@]}" "$MOE" plan --calibrate --rates "$PWD/$OUT/rates.json" \
         --out "$PWD/$OUT/rates_cluster_$tag.json"
+      if ((HOSTS > 2)); then
+        # The link for one stream per pair of hosts: 2 of the hosts, a rank each (-np 2 sets the
+        # file's `intra`: here the link between them); the NIC's all-to-all bandwidth: the 4 ranks'
+        # all-to-all of 4 MB each (3 MB to the 3 other hosts).
+        $W -np 2 --map-by node "${ITEM5[@]}" "$MOE" plan --calibrate --rates "$PWD/$OUT/rates.json" \
+          --out "$PWD/$OUT/link_$tag.json"
+        $W -np "$HOSTS" --map-by node "${ITEM5[@]}" "$MOE" bench --dist --probe-mb 4 --probe-calls 1 --iters 7 |
+          tee "$OUT/nic_$tag.txt"
+      fi
       args=()
       for v in $VARIANTS; do args+=(--variant "$v"); done
-      $W -np 2 --map-by node "${ITEM5[@]}" -x MOE_NUM_THREADS=1 "$MOE" bench --dist collective_liveness_s=60 --speed-probe 5 \
+      $W -np "$HOSTS" --map-by node "${ITEM5[@]}" -x MOE_NUM_THREADS=1 "$MOE" bench --dist collective_liveness_s=60 --speed-probe 5 \
         --iters 5 --warmup 2 "${args[@]}" --json "$PWD/$OUT/m_cluster_$tag.json" || echo "bench failed at $tag"
       "$C" down --name plan
     fi
     [[ -f $OUT/m_cluster_$tag.json ]] || continue
-    read -r bw lat < <(python3 -c 'import json,sys; i=json.load(open(sys.argv[1]))["intra"]; print(i["bw_gbps"], i["lat_us"])' \
-      "$OUT/rates_cluster_$tag.json")
-    predict "$tag" 1 "$bw" "$lat"
+    if ((HOSTS == 2)); then
+      read -r bw lat < <(python3 -c 'import json,sys; i=json.load(open(sys.argv[1]))["intra"]; print(i["bw_gbps"], i["lat_us"])' \
+        "$OUT/rates_cluster_$tag.json")
+      predict "$tag" 1 "$bw" "$lat"
+    else
+      # The probe's all-to-all, P ranks one per host: t = (P-1)·α + n(P-1)/P/β, n = 4 MB.
+      read -r bw lat a2a < <(python3 - "$OUT" "$tag" "$HOSTS" <<'PY'
+import json, re, sys
+out, tag, P = sys.argv[1], sys.argv[2], int(sys.argv[3])
+i = json.load(open("%s/link_%s.json" % (out, tag)))["intra"]
+t = float(re.search(r"median ([0-9.]+) ms", open("%s/nic_%s.txt" % (out, tag)).read()).group(1)) * 1e-3
+n, a = 4e6, i["lat_us"] * 1e-6
+rest = max(t - (P - 1) * a, 0.5 * t)
+print(i["bw_gbps"], i["lat_us"], n * (P - 1) / P / rest / 1e9)
+PY
+)
+      echo "$a2a" >"$OUT/nic_$tag.gbps"
+      # Every host sends at once in the step, whatever the pattern: 4 hosts' links on 2 shared cores
+      # move what the kernel's packet processing on those cores gets through, which the one-pair
+      # calibration (2 of the 4 hosts, the others idle: 0.72 Gbit/s at 1gbit) does not see and the
+      # probe (0.31) does. So the probe's bandwidth for every collective between hosts here; the
+      # pair's α.
+      predict "$tag" 1 "$a2a" "$lat"
+    fi
   done
 fi
 if ((RPH == 2)); then for rate in "$@"; do

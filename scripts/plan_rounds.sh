@@ -9,9 +9,10 @@
 # ratio of the medians over the rounds; then how many rows were within 20% in each round. Twice:
 # predicted from the round's calibrated rates, and at the speed the paired speed probe saw during
 # each measurement (`moe bench --dist --speed-probe`, `moe plan --probe-ms`).
-# Usage: [RATES_1X="unshaped 400mbit 1gbit"] scripts/plan_rounds.sh OUT_DIR ROUNDS [ITERS] [RATE]
+# Usage: [RATES_1X="unshaped 400mbit 1gbit"] [RATES_4X1="unshaped 1gbit"] scripts/plan_rounds.sh OUT_DIR ROUNDS [ITERS] [RATE]
 # RATES_1X: each round also runs `RPH=1 scripts/plan_cluster.sh` (2 hosts x 1 rank, item 5's
-# layout) at those link settings.
+# layout) at those link settings; RATES_4X1 the same with 4 hosts x 1 rank (`HOSTS=4`: the 4 hosts
+# share the machine's cores).
 # SUMMARY_ONLY=1: only the tables, from OUT_DIR/r1 .. rROUNDS as they are (e.g. links to the rounds
 # of several runs).
 # REPLAY=1: measure nothing; predict every round's measurements again from its own rates with this
@@ -36,6 +37,11 @@ for ((k = 1; k <= ROUNDS; ++k)); do
       SKIP_MEASURED=1 RPH=1 scripts/plan_cluster.sh "$R" $RATES_1X >"$R/replay_cluster1x.log" 2>&1 ||
         echo "round $k: cluster (RPH=1) replay failed" | tee -a "$OUT/rounds.txt"
     fi
+    if [[ -n ${RATES_4X1:-} ]]; then
+      # shellcheck disable=SC2086
+      SKIP_MEASURED=1 RPH=1 HOSTS=4 scripts/plan_cluster.sh "$R" $RATES_4X1 >"$R/replay_cluster4x1.log" 2>&1 ||
+        echo "round $k: cluster (4 hosts x 1 rank) replay failed" | tee -a "$OUT/rounds.txt"
+    fi
     if [[ -n $RATE ]]; then
       SKIP_MEASURED=1 scripts/plan_cluster.sh "$R" "$RATE" >"$R/replay_cluster.log" 2>&1 ||
         echo "round $k: cluster replay failed" | tee -a "$OUT/rounds.txt"
@@ -50,20 +56,25 @@ for ((k = 1; k <= ROUNDS; ++k)); do
     locked env RPH=1 scripts/plan_cluster.sh "$R" $RATES_1X >"$R/cluster1x.log" 2>&1 ||
       echo "round $k: plan_cluster.sh (RPH=1) failed" | tee -a "$OUT/rounds.txt"
   fi
+  if [[ -n ${RATES_4X1:-} ]]; then
+    # shellcheck disable=SC2086
+    locked env RPH=1 HOSTS=4 scripts/plan_cluster.sh "$R" $RATES_4X1 >"$R/cluster4x1.log" 2>&1 ||
+      echo "round $k: plan_cluster.sh (4 hosts x 1 rank) failed" | tee -a "$OUT/rounds.txt"
+  fi
   if [[ -n $RATE ]]; then
     locked scripts/plan_cluster.sh "$R" "$RATE" >"$R/cluster.log" 2>&1 || echo "round $k: plan_cluster.sh failed" | tee -a "$OUT/rounds.txt"
   fi
   echo "round $k done: $(date -u +%FT%TZ), load $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$OUT/rounds.txt"
 done
-python3 - "$OUT" "$ROUNDS" "$RATE" ${RATES_1X:-} <<'PY'
+python3 - "$OUT" "$ROUNDS" "$RATE" "${RATES_4X1:-}" ${RATES_1X:-} <<'PY'
 import json, os, statistics, sys
-out, rounds, rate, rates_1x = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4:]
+out, rounds, rate, rates_4x1, rates_1x = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4].split(), sys.argv[5:]
 runs = [("np1_t1.json", "1 process, 1 thread"), ("np1_t1_T1024.json", "1 process, 1 thread, T=1024"),
         ("np1_pool.json", "1 process, full pool"), ("np2.json", "mpirun -np 2"), ("np4.json", "mpirun -np 4")]
 def load(path):
     return json.load(open(path)) if os.path.exists(path) else None
 ok = lambda q: abs(q - 1) <= 0.2
-group = lambda key: "across hosts" if key[0].startswith("2 hosts") else "one host"
+group = lambda key: "across hosts" if " hosts x " in key[0] else "one host"
 
 # prefix "p": predicted from the round's calibrated rates; "q": at the speed the paired probe saw
 # during the measurement (moe plan --probe-ms; rounds from before the probe have no q files).
@@ -75,6 +86,8 @@ def table(prefix, title):
         sets = [(tag, label, "%s_%s_%%s.json" % (prefix, tag)) for tag, label in runs]
         for r1 in rates_1x:
             sets.append(("cluster_1x_%s.json" % r1, "2 hosts x 1 rank, %s" % r1, "%s_cluster_1x_%s_%%s.json" % (prefix, r1)))
+        for r4 in rates_4x1:
+            sets.append(("cluster_4x1_%s.json" % r4, "4 hosts x 1 rank, %s" % r4, "%s_cluster_4x1_%s_%%s.json" % (prefix, r4)))
         if rate:
             sets.append(("cluster_%s.json" % rate, "2 hosts x 2 ranks, %s" % rate, "%s_cluster_%s_%%s.json" % (prefix, rate)))
         for tag, label, pred in sets:
