@@ -99,7 +99,6 @@ namespace {
 // shard it).
 struct Box {
   std::vector<int64_t> begin, len;
-  bool whole = true;  // no dim is cut: the shard is the tensor
 };
 
 Box shard_box(const MeshShape& shape, const MeshCoords& coords, const Tensor& full, const ShardSpec& spec) {
@@ -121,7 +120,6 @@ Box shard_box(const MeshShape& shape, const MeshCoords& coords, const Tensor& fu
       fail("[local_shard] dim ", d, " of ", shape_str(full.shape()), " does not divide by ", n, " shards");
     b.len[size_t(d)] = full.dim(d) / n;
     b.begin[size_t(d)] = idx * b.len[size_t(d)];
-    b.whole = false;
   }
   return b;
 }
@@ -164,7 +162,7 @@ void copy_box(const Tensor& full, const Box& b, void* dst) {
 
 Tensor shard_at(const MeshShape& shape, const MeshCoords& coords, const Tensor& full, const ShardSpec& spec) {
   Box b = shard_box(shape, coords, full, spec);
-  if (b.whole) return full.clone();
+  if (box_shape(b) == full.shape()) return full.clone();  // no dim is cut
   Tensor out = Tensor::empty(full.dtype(), box_shape(b));
   copy_box(full, b, out.raw());
   return out;

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <memory>
 #include <thread>
@@ -281,41 +282,40 @@ Contention contention_probe(const CalibrateOptions& o, Communicator& world, int 
   const bool same_on_every_host = max_over_ranks(H) == -max_over_ranks(-H);
   if (same_on_every_host && H > 1) {
     const int64_t n = int64_t(8) << 20;
+    // The median over up to 8 calls after `warm` (the slowest rank's), less the latency term, but
+    // at most half of it: under load (a sanitizer build, 4 ranks on 2 cores) the latency estimate
+    // can exceed the collective's own time, and the rate must stay a positive, finite figure.
+    auto timed_s = [&](int warm, const std::function<void(int)>& call) {
+      std::vector<double> t;
+      for (int i = 0; i < std::min(iters, 8) + warm; ++i) {
+        world.barrier();
+        const double t0 = bench::now_ms();
+        call(i);
+        if (i >= warm) t.push_back((bench::now_ms() - t0) * 1e-3);
+      }
+      const double raw = max_over_ranks(median(t));
+      return std::max(raw - (H - 1) * lat_s, 0.5 * raw);
+    };
     bench::EngineBytes mine(size_t(n), 1), all(size_t(n) * size_t(H), 0);
-    std::vector<double> t;
-    for (int i = 0; i <= std::min(iters, 8); ++i) {
-      world.barrier();
-      const double t0 = bench::now_ms();
-      host->all_gather(mine.data(), all.data(), size_t(n));
-      if (i > 0) t.push_back((bench::now_ms() - t0) * 1e-3);  // the first one maps the buffers
-    }
-    // The latency term comes off the measured time, but at most half of it: under load (a
-    // sanitizer build, 4 ranks on 2 cores) the latency estimate can exceed the all-gather's own
-    // time, and the rate must stay a positive, finite figure.
-    const double raw = max_over_ranks(median(t));
-    const double s = std::max(raw - (H - 1) * lat_s, 0.5 * raw);
+    // The first call maps the buffers.
+    const double s = timed_s(1, [&](int) { host->all_gather(mine.data(), all.data(), size_t(n)); });
     ct.ag_bw_Bps = double(n) * (H - 1) / std::max(s, 1e-9);
     ag_ms = s * 1e3;
     // The all-to-all of the same 8 MiB per rank inside each host (n/H to each member): per rank,
     // as a flat all-to-all's β, n(H-1)/H / (t - (H-1)·α). The step's all-to-alls and the engine's
     // reduce-scatters (all-to-alls of blocks) are priced at it. Each call moves buffers the calls
-    // before did not touch (four pairs in turn), as the step's gradients and staging come from
-    // memory: the same buffers every call stay in the last-level cache (4 ranks on this 2-core VM:
-    // 0.66 ms against 0.87 for 8 MiB per rank, 1.74 against 1.91 for 16).
+    // before did not touch (four pairs in turn, the first four calls mapping them), as the step's
+    // gradients and staging come from memory: the same buffers every call stay in the last-level
+    // cache (4 ranks on this 2-core VM: 0.66 ms against 0.87 for 8 MiB per rank, 1.74 against 1.91
+    // for 16).
     const A2ALayout even = A2ALayout::uniform(H, n / H);
     std::vector<std::unique_ptr<bench::EngineBytes>> sends, recvs;
     for (int b = 0; b < 4; ++b)
       sends.push_back(std::make_unique<bench::EngineBytes>(size_t(n), 1)),
           recvs.push_back(std::make_unique<bench::EngineBytes>(size_t(n), 0));
-    std::vector<double> ta;
-    for (int i = 0; i <= std::min(iters, 8) + 3; ++i) {
-      world.barrier();
-      const double t0 = bench::now_ms();
+    const double sa = timed_s(4, [&](int i) {
       host->all_to_allv(sends[size_t(i % 4)]->data(), recvs[size_t(i % 4)]->data(), even, 1);
-      if (i > 3) ta.push_back((bench::now_ms() - t0) * 1e-3);  // the first four map the buffers
-    }
-    const double raw_a = max_over_ranks(median(ta));
-    const double sa = std::max(raw_a - (H - 1) * lat_s, 0.5 * raw_a);
+    });
     ct.a2a_bw_Bps = double(n / H * H) * (H - 1) / H / std::max(sa, 1e-9);
     a2a_ms = sa * 1e3;
   }

@@ -398,6 +398,14 @@ Rates with_row(Rates r, const Contention& c) {
   return r;
 }
 
+// r with a row at 2 ranks per core (no wait curve) that measured one bandwidth (`field`: ag_bw_Bps
+// or a2a_bw_Bps; 0: not measured).
+Rates with_bw_row(const Rates& r, double Contention::*field, double bw) {
+  Contention c = row(2, {0}, {0});
+  c.*field = bw;
+  return with_row(r, c);
+}
+
 TEST(PlanContention, WaitCurveAndRowsInterpolate) {
   const Contention one = row(1, {1e-3, 3e-3}, {100e-6, 500e-6});
   EXPECT_NEAR(one.wait_after(2e-3), 300e-6, 1e-15);    // halfway between the points
@@ -685,11 +693,7 @@ TEST(PlanStep, MeasuredAllToAllBandwidthPricesTheAllToAlls) {
   Layout ep4;
   ep4.expert = 4;
   const LayerShape L = small_layer();
-  auto with_a2a = [&](double bw) {
-    Contention c = row(2, {0}, {0});
-    c.a2a_bw_Bps = bw;
-    return with_row(r, c);
-  };
+  auto with_a2a = [&](double bw) { return with_bw_row(r, &Contention::a2a_bw_Bps, bw); };
   ModelOptions sliced;
   sliced.others_busy = 1;
   const Prediction halved = predict_step(L, ep4, cl, with_a2a(0), sliced);
@@ -722,11 +726,7 @@ TEST(PlanStep, MeasuredAllGatherBandwidthPricesTheGathersOnly) {
   Layout fsdp4;
   fsdp4.fsdp = 4;
   const LayerShape L = small_layer();
-  auto with_ag = [&](double bw) {
-    Contention c = row(2, {0}, {0});
-    c.ag_bw_Bps = bw;
-    return with_row(r, c);
-  };
+  auto with_ag = [&](double bw) { return with_bw_row(r, &Contention::ag_bw_Bps, bw); };
   ModelOptions sliced;
   sliced.others_busy = 1;  // the same compute speed in both (the placement copies depend on it)
   const Prediction halved = predict_step(L, fsdp4, cl, with_ag(0), sliced);
