@@ -72,13 +72,18 @@ if ((RPH == 1)); then
       $W -np "$HOSTS" --map-by node "${ITEM5[@]}" "$MOE" plan --calibrate --rates "$PWD/$OUT/rates.json" \
         --out "$PWD/$OUT/rates_cluster_$tag.json"
       if ((HOSTS > 2)); then
-        # The link for one stream per pair of hosts: 2 of the hosts, a rank each (-np 2 sets the
-        # file's `intra`: here the link between them); the NIC's all-to-all bandwidth: the 4 ranks'
-        # all-to-all of 4 MB each (3 MB to the 3 other hosts).
+        # The link's α: 2 of the hosts, a rank each (-np 2 sets the file's `intra`: here the link
+        # between them). Its bandwidths with every host sending at once, as in the step (4 hosts'
+        # packet processing shares the machine's 2 cores: a pair alone moves 2.5 times what each
+        # moves when all do): one stream each way per host (pairs of ranks all-gathering 4 MB each,
+        # an FSDP pair's pattern: inter_bw), and the 4 ranks' all-to-all of 4 MB each (3 MB to the
+        # 3 other hosts: inter_a2a_bw).
         $W -np 2 --map-by node "${ITEM5[@]}" "$MOE" plan --calibrate --rates "$PWD/$OUT/rates.json" \
           --out "$PWD/$OUT/link_$tag.json"
         $W -np "$HOSTS" --map-by node "${ITEM5[@]}" "$MOE" bench --dist --probe-mb 4 --probe-calls 1 --iters 7 |
           tee "$OUT/nic_$tag.txt"
+        $W -np "$HOSTS" --map-by node "${ITEM5[@]}" "$MOE" bench --dist --probe-mb 4 --probe-pattern pairs \
+          --probe-calls 1 --iters 7 | tee "$OUT/pairs_$tag.txt"
       fi
       args=()
       for v in $VARIANTS; do args+=(--variant "$v"); done
@@ -92,24 +97,27 @@ if ((RPH == 1)); then
         "$OUT/rates_cluster_$tag.json")
       predict "$tag" 1 "$bw" "$lat"
     else
-      # The probe's all-to-all, P ranks one per host: t = (P-1)·α + n(P-1)/P/β, n = 4 MB.
-      read -r bw lat a2a < <(python3 - "$OUT" "$tag" "$HOSTS" <<'PY'
-import json, re, sys
+      # The probes' median times t with the pair's α: the all-to-all, P ranks one per host,
+      # t = (P-1)·α + n(P-1)/P/β, n = 4 MB; the pairs' all-gather, t = α + n/β.
+      read -r pair lat a2a < <(python3 - "$OUT" "$tag" "$HOSTS" <<'PY'
+import json, os, re, sys
 out, tag, P = sys.argv[1], sys.argv[2], int(sys.argv[3])
 i = json.load(open("%s/link_%s.json" % (out, tag)))["intra"]
-t = float(re.search(r"median ([0-9.]+) ms", open("%s/nic_%s.txt" % (out, tag)).read()).group(1)) * 1e-3
+def median_s(name):
+    return float(re.search(r"median ([0-9.]+) ms", open("%s/%s_%s.txt" % (out, name, tag)).read()).group(1)) * 1e-3
 n, a = 4e6, i["lat_us"] * 1e-6
-rest = max(t - (P - 1) * a, 0.5 * t)
-print(i["bw_gbps"], i["lat_us"], n * (P - 1) / P / rest / 1e9)
+t = median_s("nic")
+a2a = n * (P - 1) / P / max(t - (P - 1) * a, 0.5 * t) / 1e9
+# Rounds measured before the pairs probe existed: the all-to-all's bandwidth for both.
+pair = n / max(median_s("pairs") - a, 0.5 * median_s("pairs")) / 1e9 if os.path.exists("%s/pairs_%s.txt" % (out, tag)) else a2a
+print(pair, i["lat_us"], a2a)
 PY
 )
       echo "$a2a" >"$OUT/nic_$tag.gbps"
-      # Every host sends at once in the step, whatever the pattern: 4 hosts' links on 2 shared cores
-      # move what the kernel's packet processing on those cores gets through, which the one-pair
-      # calibration (2 of the 4 hosts, the others idle: 0.72 Gbit/s at 1gbit) does not see and the
-      # probe (0.31) does. So the probe's bandwidth for every collective between hosts here; the
-      # pair's α.
-      predict "$tag" 1 "$a2a" "$lat"
+      echo "$pair" >"$OUT/pairs_$tag.gbps"
+      # Every host sends at once in the step: the probes' bandwidths (0.31-0.34 Gbit/s per host at
+      # 1gbit, where the one-pair calibration, the other hosts idle, saw 0.72-0.86); the pair's α.
+      predict "$tag" 1 "$pair" "$lat" "$a2a"
     fi
   done
 fi
@@ -154,19 +162,24 @@ PY
   # both ranks of the other host at once), 20-25% below it here.
   predict "$rate" 2 "$pair_bw" "$lat" "$bw"
 done; fi
-python3 - "$OUT" "$RPH" "$@" <<'PY'
+python3 - "$OUT" "$RPH" "$HOSTS" "$@" <<'PY'
 import json, sys, os
-out, rph = sys.argv[1], int(sys.argv[2])
-what = "GB/s, α us (2 hosts x 1 rank)" if rph == 1 else "NIC GB/s (2 ranks per host), α us"
+out, rph, hosts = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+what = ("GB/s, α us (2 hosts x 1 rank)" if hosts == 2 else "GB/s pairs, α us (4 hosts x 1 rank)") if rph == 1 \
+    else "NIC GB/s (2 ranks per host), α us"
 print("| link (tc rate) | measured link: %s | variant | measured median ms (min-max) | predicted ms | predicted / measured | measured exposed ms | predicted exposed ms | paired probe: predicted ms, / measured |" % what)
 print("|---|---|---|---|---|---|---|---|---|")
-for rate in sys.argv[3:]:
-    tag = "1x_" + rate if rph == 1 else rate
+for rate in sys.argv[4:]:
+    tag = ("1x_" if hosts == 2 else "%dx1_" % hosts) + rate if rph == 1 else rate
     if not os.path.exists(os.path.join(out, "m_cluster_%s.json" % tag)):
         continue
-    if rph == 1:
+    if rph == 1 and hosts == 2:
         i = json.load(open(os.path.join(out, "rates_cluster_%s.json" % tag)))["intra"]
         bw = i["bw_gbps"]
+    elif rph == 1:
+        i = json.load(open(os.path.join(out, "link_%s.json" % tag)))["intra"]
+        f = os.path.join(out, "pairs_%s.gbps" % tag)
+        bw = float(open(f if os.path.exists(f) else os.path.join(out, "nic_%s.gbps" % tag)).read())
     else:
         i = json.load(open(os.path.join(out, "link_%s.json" % rate)))["intra"]
         bw = float(open(os.path.join(out, "nic_%s.gbps" % rate)).read())

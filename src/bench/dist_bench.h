@@ -102,6 +102,10 @@ struct ProbeResult {
   int64_t bytes_out = 0;
 };
 ProbeResult probe_all_to_all(Communicator& world, int64_t bytes, int iters, int calls = 1);
+// The same for the pairwise traffic of a 2-rank group's all-gather (an FSDP pair's gather, one
+// stream each way per pair), every pair at once: ranks 2i and 2i+1 exchange `bytes` each (in
+// `calls` all-gathers); bytes_out = bytes. Needs an even number of ranks.
+ProbeResult probe_pairs(Communicator& world, int64_t bytes, int iters, int calls = 1);
 
 // dist_report.cpp: a text table, and {"dist_results": [...]} (skipped
 // variants go to "skipped": [{"variant", "why"}]).

@@ -44,6 +44,22 @@ struct StepTimes {
   double step_s = 0;
 };
 
+// Per kind (and the step), the median of several timings of the same layer: a dip of the
+// machine's speed for a second or two inside one of them does not set a rate.
+StepTimes median_of(const std::vector<StepTimes>& runs) {
+  StepTimes m;
+  std::vector<double> steps;
+  for (const StepTimes& t : runs) steps.push_back(t.step_s);
+  m.step_s = median(steps);
+  for (const auto& [k, v] : runs.front().op_s) {
+    std::vector<double> ks;
+    for (const StepTimes& t : runs)
+      if (auto it = t.op_s.find(k); it != t.op_s.end()) ks.push_back(it->second);
+    m.op_s[k] = median(ks);
+  }
+  return m;
+}
+
 // The one-rank layer config of a calibrated shape.
 Config layer_config(const LayerShape& L) {
   const char* yaml = "num_experts: 8\nnum_experts_per_tok: 2\nemb_dim: 64\nmoe_mlp_dim: 32\n";
@@ -451,7 +467,20 @@ Rates calibrate(const CalibrateOptions& o, Communicator& world) {
     for (int64_t div : {16, 4, 1}) {
       LayerShape L = base;
       L.T = std::max<int64_t>(base.T / div, 1);
-      const StepTimes t = time_layer(L, o.iters);
+      // One thread, three times where the pool is timed against it (alternating with the pool: the
+      // machine's phases last seconds, so one thread measured before the pool measures the phase, not
+      // the pool); the rates from the median of the three (out/v53: a dip inside one timing had
+      // moved a GEMM point by a quarter and every prediction of that round with it).
+      std::vector<StepTimes> one{time_layer(L, o.iters)};
+      std::vector<double> all;
+      if (full > 1)
+        for (int k = 0; k < 3; ++k) {
+          pool.resize(full);
+          all.push_back(time_layer(L, o.iters).step_s);
+          pool.resize(1);
+          if (k < 2) one.push_back(time_layer(L, o.iters));
+        }
+      const StepTimes t = median_of(one);
       const double R = double(L.T * L.K), D = double(L.D), F = double(L.F), E = double(L.E), T = double(L.T);
       const double b = double(dtype_size(L.dtype)), flops = 6 * R * D * F;
       GemmPoint g;
@@ -459,19 +488,11 @@ Rates calibrate(const CalibrateOptions& o, Communicator& world) {
       g.ffn_gflops = flops / need(t, "ffn") / 1e9;
       g.ffn_backward_gflops = flops / need(t, "ffn_backward") / 1e9;
       g.weight_grads_gflops = flops / need(t, "weight_grads") / 1e9;
-      if (full > 1) {  // the whole step at the full pool against one thread, at this point
-        // Medians, as the validation measures steps; three alternations of the two (the machine's
-        // phases last seconds: one thread measured before the pool measures the phase, not the pool).
-        std::vector<double> one{t.step_s}, all;
-        for (int k = 0; k < 3; ++k) {
-          pool.resize(full);
-          all.push_back(time_layer(L, o.iters).step_s);
-          pool.resize(1);
-          if (k < 2) one.push_back(time_layer(L, o.iters).step_s);
-        }
-        g.pool_speedup = median(one) / median(all);
+      if (full > 1) {  // the whole step at the full pool against one thread, at this point (medians,
+                       // as the validation measures steps)
+        g.pool_speedup = t.step_s / median(all);
         log("  pool of " + std::to_string(full) + " threads at T=" + std::to_string(L.T) + ": step " +
-            std::to_string(median(all) * 1e3) + " ms against " + std::to_string(median(one) * 1e3) +
+            std::to_string(median(all) * 1e3) + " ms against " + std::to_string(t.step_s * 1e3) +
             " ms at one thread -> speedup " + std::to_string(g.pool_speedup));
       }
       r.gemm.push_back(g);

@@ -576,7 +576,9 @@ Prediction predict_step(const LayerShape& L, const Layout& lay, const Cluster& c
                         const ModelOptions& o) {
   if (o.others_busy >= 0) return simulate_step(L, lay, cl, r, o, std::min(o.others_busy, 1.0));
   Prediction p = simulate_step(L, lay, cl, r, o, 1.0);
-  if (cl.cores_per_rank() >= 1 || cl.ranks_per_host < 2) return p;  // no other rank on its cores
+  // No other rank of the job on its cores. The one beside it may be another host's: hosts that
+  // share a machine's cores (cores < 1 per host, 4 hosts on 2 cores here) yield to each other alike.
+  if (cl.cores_per_rank() >= 1 || cl.ranks() < 2) return p;
   // Ranks sharing cores: again at the busy fraction the last prediction gives (f(u) = cpu_s / step_s
   // grows with u, and f(1) <= 1, so u_k falls monotonically to the largest fixed point).
   for (int k = 0; k < 30; ++k) {

@@ -673,7 +673,17 @@ TEST(PlanStep, RanksSharingACoreComputeFasterWhileTheOthersWait) {
   EXPECT_NEAR(p.terms.at("ffn") * share / slow, s.terms.at("ffn") * 0.5 / 1.2, 1e-12);
   EXPECT_LT(p.compute_s, s.compute_s);
   EXPECT_DOUBLE_EQ(p.comm_s, s.comm_s);
-  // One rank per core, or one rank on a host: nothing to share, the time slices as given.
+  // Hosts sharing the machine's cores (4 hosts of one rank on half a core each): the rank beside it
+  // is another host's, and it yields its core alike.
+  Cluster four;
+  four.hosts = 4, four.cores = 0.5, four.ranks_per_host = 1;
+  four.inter = cl.inter;
+  const Prediction f = predict_step(L, ep4, four, r);
+  EXPECT_LT(f.others_busy, 0.5);
+  EXPECT_GT(f.others_busy, 0.0);
+  EXPECT_NEAR(f.others_busy, f.cpu_s / f.step_s, 2e-4);
+  EXPECT_LT(f.step_s, predict_step(L, ep4, four, r, sliced).step_s);
+  // One rank per core, or a job of one rank: nothing to share, the time slices as given.
   Cluster own;
   own.hosts = 2, own.cores = 2, own.ranks_per_host = 2;
   own.inter = cl.inter;

@@ -21,13 +21,16 @@ void list_variants() {
 }
 
 void probe(const BenchDistArgs& a, Communicator& w) {
+  const bool pairs = a.probe_pattern == "pairs";
+  const int iters = std::max(a.iters, 1), calls = std::max(a.probe_calls, 1);
+  const int64_t bytes = int64_t(a.probe_mb * 1e6);
   bench::ProbeResult r =
-      bench::probe_all_to_all(w, int64_t(a.probe_mb * 1e6), std::max(a.iters, 1), std::max(a.probe_calls, 1));
+      pairs ? bench::probe_pairs(w, bytes, iters, calls) : bench::probe_all_to_all(w, bytes, iters, calls);
   if (w.rank() == 0)
-    std::printf("probe: %d all-to-all(s), %d ranks, %.2f MB out of each rank: median %.2f ms = %.0f Mbit/s per rank; "
+    std::printf("probe: %d %s, %d ranks, %.2f MB out of each rank: median %.2f ms = %.0f Mbit/s per rank; "
                 "polite waits: median %.2f ms, machine busy %.2f core-ms per iteration\n",
-                std::max(a.probe_calls, 1), w.size(), double(r.bytes_out) / 1e6, r.median_ms, r.mbit_per_s,
-                r.polite_median_ms, r.busy_core_ms);
+                calls, pairs ? "all-gather(s) in pairs of ranks" : "all-to-all(s)", w.size(),
+                double(r.bytes_out) / 1e6, r.median_ms, r.mbit_per_s, r.polite_median_ms, r.busy_core_ms);
 }
 
 void run(const BenchDistArgs& a, Communicator& w) {

@@ -15,6 +15,7 @@ struct BenchDistArgs {
   uint64_t seed = 0;
   double probe_mb = 0;  // > 0: only the link probe (all-to-alls of this many MB per rank in all)
   int probe_calls = 1;  // in that many calls
+  std::string probe_pattern = "all-to-all";  // or "pairs": bench::probe_pairs
   int speed_probe = 0;  // > 0: bench::SpeedProbe with this many steps around each variant
   bool list = false;
 };

@@ -116,6 +116,10 @@ void add_bench(CLI::App& app) {
                 "--dist: only time an all-to-all of this many MB per rank (link probe)");
   c->add_option("--probe-calls", a->d.probe_calls,
                 "--dist: split the probe's bytes over this many all-to-alls");
+  c->add_option("--probe-pattern", a->d.probe_pattern,
+                "--dist: the probe's traffic: all-to-all (default), or pairs (ranks 2i and 2i+1 all-gather "
+                "MB each, every pair at once: one stream each way per pair)")
+      ->check(CLI::IsMember({"all-to-all", "pairs"}));
   c->add_option("--speed-probe", a->d.speed_probe,
                 "--dist: time a fixed one-thread step on every rank at once, N steps before and after each "
                 "variant (the JSON's speed_probe_ms, for moe plan --probe-ms)");
