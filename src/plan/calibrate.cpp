@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <memory>
@@ -411,6 +412,39 @@ Contention contention_probe(const CalibrateOptions& o, Communicator& world, int 
   return ct;
 }
 
+// This machine's boot id (the same in every network namespace of it, different on another
+// machine), "" where it cannot be read.
+std::string boot_id() {
+  std::ifstream f("/proc/sys/kernel/random/boot_id");
+  std::string id;
+  std::getline(f, id);
+  return id;
+}
+
+// Between hosts (every rank on a host of its own), the network stack's CPU per byte from the large
+// probe's polite pass: the busy time of rank 0's machine over the bytes of the ranks that share it
+// (the same boot id). Collective.
+void network_cpu(Rates& r, Communicator& world, const bench::ProbeResult& large) {
+  const int W = world.size();
+  const int own_host = int(world.split_by_host(world.rank())->size()) == 1;
+  int all_own = 0;
+  {
+    std::vector<int> flags(size_t(W), 0);
+    world.all_gather(&own_host, flags.data(), sizeof(int));
+    all_own = std::all_of(flags.begin(), flags.end(), [](int f) { return f == 1; });
+  }
+  constexpr size_t kId = 64;
+  char mine[kId] = {};
+  std::strncpy(mine, boot_id().c_str(), kId - 1);
+  std::vector<char> ids(kId * size_t(W));
+  world.all_gather(mine, ids.data(), kId);
+  if (!all_own || mine[0] == 0 || large.busy_core_ms <= 0) return;
+  int on_machine = 0;
+  for (int k = 0; k < W; ++k) on_machine += std::strncmp(&ids[size_t(k) * kId], &ids[0], kId) == 0;
+  r.comm_cpu_ns_per_byte = network_cpu_ns_per_byte(large.busy_core_ms, large.bytes_out, on_machine);
+  r.comm_cpu_measured = r.comm_cpu_ns_per_byte > 0;
+}
+
 void intra_link(Rates& r, Communicator& world) {
   if (world.size() < 2) {
     r.intra.bw_Bps = r.memcpy_gbps * 1e9 / 4;  // MPI's shared memory: two copies (in and out) per byte
@@ -430,9 +464,15 @@ void intra_link(Rates& r, Communicator& world) {
   r.intra.sync_s = sync_skew_s(world) - r.intra.lat_s * (W - 1);
   r.intra.sync_s = std::max(r.intra.sync_s, 0.0);
   r.intra_measured = true;
+  network_cpu(r, world, large);
 }
 
 }  // namespace
+
+double network_cpu_ns_per_byte(double busy_core_ms, int64_t bytes_out, int ranks) {
+  if (busy_core_ms <= 0 || bytes_out <= 0 || ranks < 1) return 0;
+  return busy_core_ms * 1e6 / (double(bytes_out) * ranks);
+}
 
 Rates calibrate(const CalibrateOptions& o, Communicator& world) {
   Rates r;

@@ -26,7 +26,15 @@ struct CalibrateOptions {
 
 // One process: the kernels, memcpy, the side engine's hand-off; the link is derived from memcpy
 // (intra_measured false). Under mpirun (world of >= 2 ranks, collective): only the link's α and β,
-// the rest of the result left empty (rank 0's numbers are returned).
+// the contention row, and with every rank on a host of its own the network stack's CPU per byte
+// (comm_cpu_measured), the rest of the result left empty (rank 0's numbers are returned).
 Rates calibrate(const CalibrateOptions& o, Communicator& world);
+
+// The network stack's CPU per byte from an all-to-all probe between hosts: `busy_core_ms`, the busy
+// time of one machine's cores per iteration (the probe's polite pass: the ranks sleep between polls,
+// so what is busy is the kernel's packet work and the copies), spent on the bytes that `ranks`
+// ranks on that machine (hosts may share a machine: network namespaces) each sent and received
+// (`bytes_out` each way per rank) in that iteration. ns per byte sent.
+double network_cpu_ns_per_byte(double busy_core_ms, int64_t bytes_out, int ranks);
 
 }  // namespace moe::plan

@@ -9,6 +9,9 @@
 #   check_2x2 check_4x1  `moe check`, every variant
 #   train            `moe train` with checkpoints: straight runs on 2x2 and 4x1 are bit-identical;
 #                    a step-3 checkpoint resumes bit-exactly on its own layout and on the other one
+#   plan             `moe plan --calibrate` across 2 hosts x 1 rank at a shaped link (1gbit): the
+#                    network stack's CPU per byte is measured (every rank on a host of its own) and
+#                    written to the rates file; on 2 x 2 (ranks sharing a host) it is left as it was
 #   srun             a private Slurm on 2x2 (up --slurm): srun --mpi=pmix places ranks and runs
 #                    `moe check`; scripts/slurm_train.sbatch (sbatch, stopped at step 3, re-submitted:
 #                    resumes) ends bit-identical to `moe train` under the cluster's mpirun
@@ -146,6 +149,23 @@ check_*)
   up "c${MODE#check_}" $N $RPH
   run_on "$C" $N $RPH 100000 "$MOE" check --json check.json
   grep -q '"variants"' check.json || die "no variants in check.json"
+  ;;
+plan)
+  "$MOE" plan --calibrate --tiny --out rates.json > np1.log || die "moe plan --calibrate (one process) failed"
+  grep -q '"comm_cpu_ns_per_byte": 1.3' rates.json || die "the one-process rates do not hold the default 1.3 ns per byte"
+  up p1x 2 1 --link 1gbit
+  run_on "$C" 2 1 100000 "$MOE" plan --calibrate --tiny --rates "$PWD/rates.json" --out "$PWD/rates_1x.json" > np2.log
+  cat np2.log
+  grep -Eq "network stack CPU: [0-9.]+ ns per byte sent between hosts \(measured by this run" np2.log ||
+    die "2 hosts x 1 rank: the network stack's CPU was not measured"
+  ns=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["comm_cpu_ns_per_byte"])' rates_1x.json)
+  python3 -c "import sys; sys.exit(0 if 0 < $ns < 1000 and $ns != 1.3 else 1)" ||
+    die "2 hosts x 1 rank: comm_cpu_ns_per_byte $ns in the rates file, expected the measured value"
+  echo "measured across 2 hosts at 1gbit: $ns ns per byte"
+  up p2x 2 2
+  run_on "$C" 2 2 100000 "$MOE" plan --calibrate --tiny --rates "$PWD/rates.json" --out "$PWD/rates_2x.json" > np4.log
+  grep -q "this run did not measure it" np4.log || { cat np4.log; die "2 hosts x 2 ranks: expected no measurement"; }
+  grep -q '"comm_cpu_ns_per_byte": 1.3' rates_2x.json || die "2 hosts x 2 ranks changed comm_cpu_ns_per_byte"
   ;;
 train) . "$SRC/tests/cluster/train_checks.sh" ;;
 srun) . "$SRC/tests/cluster/srun_checks.sh" ;;

@@ -8,6 +8,7 @@
 
 #include "moe/comm.h"
 #include "moe/error.h"
+#include "plan/calibrate.h"
 #include "plan/cluster.h"
 #include "plan/collectives.h"
 #include "plan/ranking.h"
@@ -875,6 +876,19 @@ TEST(PlanRates, InterpolatesInRowsPerExpertAndRoundTrips) {
             std::string::npos);
   EXPECT_NE(error_of([] { parse_rates("[1]", "f.json"); }).find("f.json: not a JSON object"),
             std::string::npos);
+}
+
+// The network stack's CPU per byte from a probe between hosts: one machine's busy core-ms per
+// iteration over the bytes its ranks sent (and received) in it.
+TEST(PlanCalibrate, NetworkCpuPerByteFromTheProbesBusyTime) {
+  // 4 hosts of one rank on one machine, 3 MB out of each: 150 core-ms -> 12.5 ns per byte.
+  EXPECT_DOUBLE_EQ(network_cpu_ns_per_byte(150, 3000000, 4), 12.5);
+  // One rank per machine (a real cluster): its host's busy time over its own bytes.
+  EXPECT_DOUBLE_EQ(network_cpu_ns_per_byte(2.6, 2000000, 1), 1.3);
+  // Nothing to divide by, or no busy time read (/proc/stat missing: -1): not measured.
+  EXPECT_EQ(network_cpu_ns_per_byte(-1, 3000000, 4), 0);
+  EXPECT_EQ(network_cpu_ns_per_byte(150, 0, 4), 0);
+  EXPECT_EQ(network_cpu_ns_per_byte(150, 3000000, 0), 0);
 }
 
 }  // namespace

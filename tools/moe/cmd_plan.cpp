@@ -67,6 +67,7 @@ void run_calibrate(const PlanArgs& a) {
     // contention row of this N ranks per core is added (replacing one measured at the same N).
     if (w.size() == 2 || !base.intra_measured) base.intra = r.intra, base.intra_measured = r.intra_measured;
     for (const plan::Contention& c : r.contention) base.set_contention(c);
+    if (r.comm_cpu_measured) base.comm_cpu_ns_per_byte = r.comm_cpu_ns_per_byte, base.comm_cpu_measured = true;
     r = base;
   }
   if (w.rank() != 0) return;
@@ -77,8 +78,11 @@ void run_calibrate(const PlanArgs& a) {
       std::printf(" %.2f ms: %.0f us;", c.compute_s[i] * 1e3, c.wait_s[i] * 1e6);
     std::printf(" side_busy %.0f us\n", c.side_busy_s * 1e6);
   }
-  std::printf("intra link: %.2f GB/s, %.2f us (%s)\nwrote %s\n", r.intra.bw_Bps / 1e9, r.intra.lat_s * 1e6,
-              r.intra_measured ? "measured" : "derived from memcpy; run under mpirun -np 2 to measure",
+  std::printf("intra link: %.2f GB/s, %.2f us (%s)\n", r.intra.bw_Bps / 1e9, r.intra.lat_s * 1e6,
+              r.intra_measured ? "measured" : "derived from memcpy; run under mpirun -np 2 to measure");
+  std::printf("network stack CPU: %.2f ns per byte sent between hosts (%s)\nwrote %s\n", r.comm_cpu_ns_per_byte,
+              r.comm_cpu_measured ? "measured by this run: every rank on a host of its own"
+                                  : "the rates file's: this run did not measure it (one rank per host under mpirun does)",
               a.out.c_str());
 }
 
