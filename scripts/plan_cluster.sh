@@ -21,8 +21,9 @@
 # RATE `unshaped`: no tc on the links (veth at full speed).
 # RPH=1: item 5's layout and run settings instead (docs/benchmarks.md "Overlap across hosts"): 2
 # hosts x 1 rank, one core each, the 2-rank variants, real-time side-engine workers, TCP tuned. One calibration under the cluster's mpirun -np 2 (one rank per
-# host) gives the link's α and β (one TCP stream: the rank is its host's only sender) and the
-# contention row of 1 rank per core with the peer across the link; files OUT_DIR/*_1x_RATE*.
+# host) gives the link's α and β (one TCP stream: the rank is its host's only sender), the network
+# stack's CPU per byte (comm_cpu_ns_per_byte: every rank on a host of its own) and the contention
+# row of 1 rank per core with the peer across the link; files OUT_DIR/*_1x_RATE*.
 # HOSTS=4 (with RPH=1): 4 hosts x 1 rank sharing the machine's cores, the 4-rank variants; the link's
 # α from 2 of the hosts, its bandwidths from probes with every host sending (pairs: inter_bw; the
 # all-to-all: inter_a2a_bw); files OUT_DIR/*_4x1_RATE*.
