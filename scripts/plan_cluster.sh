@@ -141,6 +141,10 @@ if ((RPH == 2)); then for rate in "$@"; do
   $W -np 2 --map-by node "$MOE" plan --calibrate --rates "$PWD/$OUT/rates.json" --out "$PWD/$OUT/link_$rate.json"
   $W -np 4 "$MOE" plan --calibrate --rates "$PWD/$OUT/rates.json" --out "$PWD/$OUT/rates_cluster_$rate.json"
   $W -np 4 "$MOE" bench --dist --probe-mb 4 --probe-calls 1 --iters 7 | tee "$OUT/nic_$rate.txt"
+  # Pairs across the link with both ranks of each host streaming at once (--map-by node: ranks 2i
+  # and 2i+1 on different hosts), as an FSDP pair's gathers and reductions run in the step.
+  $W -np 4 --map-by node "$MOE" bench --dist --probe-mb 4 --probe-pattern pairs --probe-calls 1 --iters 7 |
+    tee "$OUT/pairs_$rate.txt"
   args=()
   for v in $VARIANTS; do args+=(--variant "$v"); done
   # A slow link under load can starve the watchdog's liveness probe: give it a minute.
@@ -162,14 +166,23 @@ t = (min(ms) if os.environ.get("LINK_PASS", "fastest") == "fastest" else ms[0]) 
 P, p, n = 4, 2, 4e6
 a_intra, a_inter, b_intra = r["lat_us"] * 1e-6, i["lat_us"] * 1e-6, r["bw_gbps"] * 1e9 * 0.5
 rest = t - (p - 1) * a_intra - (P - p) * a_inter - n * (p - 1) / P / b_intra
-print(p * n * (P - p) / P / rest / 1e9, i["lat_us"], i["bw_gbps"])
+# The NIC for pairwise traffic: both ranks of a host each move n in t = α_inter + n/β_rank; rounds
+# measured before the pairs probe: the one-rank-per-host calibration's.
+pair = i["bw_gbps"]
+f = "%s/pairs_%s.txt" % (out, rate)
+if os.path.exists(f):
+    ms = [float(m) for m in re.findall(r"median ([0-9.]+) ms", open(f).read())]
+    tp = (min(ms) if os.environ.get("LINK_PASS", "fastest") == "fastest" else ms[0]) * 1e-3
+    pair = p * n / max(tp - a_inter, 0.5 * tp) / 1e9
+print(p * n * (P - p) / P / rest / 1e9, i["lat_us"], pair)
 PY
 )
   echo "$bw" >"$OUT/nic_$rate.gbps"
   # One core per host (the harness splits the 2 cores): 0.5 core per rank. The link's bandwidth for
-  # one stream per pair of hosts (the gathers, the all-reduces, a pair's reduce-scatter) is the
-  # one-rank-per-host calibration's, as with RPH=1; the probe's is the all-to-all's (each rank to
-  # both ranks of the other host at once), 20-25% below it here.
+  # one stream per pair of hosts (the gathers, the all-reduces, a pair's reduce-scatter): the pairs
+  # probe's, both ranks of each host streaming (0.53-0.60 Gbit/s a host at 1gbit, where one rank
+  # per host with the other idle moves 0.62-0.80); the all-to-alls': the all-to-all probe's (each
+  # rank to both ranks of the other host at once).
   predict "$rate" 2 "$pair_bw" "$lat" "$bw"
 done; fi
 python3 - "$OUT" "$RPH" "$HOSTS" "$@" <<'PY'
