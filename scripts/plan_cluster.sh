@@ -1,8 +1,10 @@
 #!/bin/bash
 # moe plan across hosts: 2 hosts x 2 ranks of the cluster-on-one-machine harness (scripts/cluster.sh;
 # CLUSTER_DIR: a checkout with it, default this one) at each link rate given; per rate: the link's
-# α and its bandwidth for one stream per pair of hosts measured with 1 rank per host (moe plan
-# --calibrate under mpirun -np 2 --map-by node: inter_bw), the NIC's bandwidth for the all-to-all
+# α measured with 1 rank per host (moe plan --calibrate under mpirun -np 2 --map-by node), its
+# bandwidth for one stream per pair of hosts with both ranks of each host streaming (`moe bench
+# --dist --probe-pattern pairs`, -np 4 --map-by node: inter_bw; rounds measured before it: the
+# one-rank-per-host calibration's β), the NIC's bandwidth for the all-to-all
 # with the run's placement (a 4 MB all-to-all of the 4 ranks, `moe bench --dist --probe-mb 4`:
 # each rank sends to both ranks of the other host at once; solved for β_inter with the model's flat
 # all-to-all formula, the intra-host part at the rates file's shared memory: inter_a2a_bw),
