@@ -17,8 +17,8 @@
 # Usage: [VARIANTS="v1 v2"] scripts/plan_cluster.sh OUT_DIR RATE... (e.g. out/plan 1gbit 200mbit);
 # a rate already measured (OUT_DIR/m_cluster_RATE.json) with SKIP_MEASURED=1 is only predicted.
 # The link probes (`moe bench --dist --probe-mb`) time two passes, MPI's own waits and polite ones;
-# the link's time is the faster of the two medians (LINK_PASS=spinning: the first, as before
-# 2026-12-05): the spinning pass's ranks, 2 to a core, stand in the way of the kernel's packet
+# the link's time is the faster of the two medians (probe_s; LINK_PASS=spinning: the first, as
+# before 2026-12-05): the spinning pass's ranks, 2 to a core, stand in the way of the kernel's packet
 # processing, and its median moved 0-22% above the polite one's from round to round.
 # RATE `unshaped`: no tc on the links (veth at full speed).
 # RPH=1: item 5's layout and run settings instead (docs/benchmarks.md "Overlap across hosts"): 2
@@ -55,6 +55,16 @@ W=/run/moe-cluster/plan/mpirun
 ITEM5=(-x MOE_SIDE_ENGINE_RT=1 --mca btl_tcp_eager_limit 1048576 --mca btl_tcp_max_send_size 1048576
        --mca btl_tcp_sndbuf 4194304 --mca btl_tcp_rcvbuf 4194304)
 link_args() { [[ $1 == unshaped ]] || echo "--link $1"; }
+# A link probe's time in seconds from its printed line (FILE, `moe bench --dist --probe-mb`): the
+# faster of its two passes' medians (LINK_PASS=spinning: the first); "-" when FILE is missing.
+probe_s() {
+  [[ -f $1 ]] || { echo -; return; }
+  python3 - "$1" "${LINK_PASS:-fastest}" <<'PY'
+import re, sys
+ms = [float(m) for m in re.findall(r"median ([0-9.]+) ms", open(sys.argv[1]).read())]
+print((min(ms) if sys.argv[2] == "fastest" else ms[0]) * 1e-3)
+PY
+}
 # Predicts every variant measured in OUT/m_cluster_TAG.json from OUT/rates_cluster_TAG.json on the
 # 2-host cluster with RANKS ranks per host (one core per host), the link at BW GB/s and LAT us.
 predict() {  # TAG RANKS BW LAT [A2A_BW]; HOSTS hosts on the machine's cores (cores per host: nproc / HOSTS)
@@ -109,18 +119,15 @@ if ((RPH == 1)); then
     else
       # The probes' median times t with the pair's α: the all-to-all, P ranks one per host,
       # t = (P-1)·α + n(P-1)/P/β, n = 4 MB; the pairs' all-gather, t = α + n/β.
-      read -r pair lat a2a < <(python3 - "$OUT" "$tag" "$HOSTS" <<'PY'
-import json, os, re, sys
-out, tag, P = sys.argv[1], sys.argv[2], int(sys.argv[3])
-i = json.load(open("%s/link_%s.json" % (out, tag)))["intra"]
-def median_s(name):
-    ms = [float(m) for m in re.findall(r"median ([0-9.]+) ms", open("%s/%s_%s.txt" % (out, name, tag)).read())]
-    return (min(ms) if os.environ.get("LINK_PASS", "fastest") == "fastest" else ms[0]) * 1e-3
+      read -r pair lat a2a < <(python3 - "$OUT/link_$tag.json" "$HOSTS" "$(probe_s "$OUT/nic_$tag.txt")" \
+        "$(probe_s "$OUT/pairs_$tag.txt")" <<'PY'
+import json, sys
+i = json.load(open(sys.argv[1]))["intra"]
+P, t, tp = int(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
 n, a = 4e6, i["lat_us"] * 1e-6
-t = median_s("nic")
 a2a = n * (P - 1) / P / max(t - (P - 1) * a, 0.5 * t) / 1e9
 # Rounds measured before the pairs probe existed: the all-to-all's bandwidth for both.
-pair = n / max(median_s("pairs") - a, 0.5 * median_s("pairs")) / 1e9 if os.path.exists("%s/pairs_%s.txt" % (out, tag)) else a2a
+pair = a2a if tp == "-" else n / max(float(tp) - a, 0.5 * float(tp)) / 1e9
 print(pair, i["lat_us"], a2a)
 PY
 )
@@ -158,24 +165,18 @@ if ((RPH == 2)); then for rate in "$@"; do
   # β_inter of one host's NIC from the probe's median t (P=4 ranks, p=2 per host, n=4 MB per rank):
   #   t = (p-1)·α_intra + (P-p)·α_inter + n(p-1)/P/β_intra + p·n(P-p)/P/β_inter
   # with β_intra at half a core per rank (the model's scaling of shared-memory copies).
-  read -r bw lat pair_bw < <(python3 - "$OUT" "$rate" <<'PY'
-import json, os, re, sys
-out, rate = sys.argv[1], sys.argv[2]
-i = json.load(open("%s/link_%s.json" % (out, rate)))["intra"]
-r = json.load(open("%s/rates.json" % out))["intra"]
-ms = [float(m) for m in re.findall(r"median ([0-9.]+) ms", open("%s/nic_%s.txt" % (out, rate)).read())]
-t = (min(ms) if os.environ.get("LINK_PASS", "fastest") == "fastest" else ms[0]) * 1e-3
+  read -r bw lat pair_bw < <(python3 - "$OUT/link_$rate.json" "$OUT/rates.json" "$(probe_s "$OUT/nic_$rate.txt")" \
+    "$(probe_s "$OUT/pairs_$rate.txt")" <<'PY'
+import json, sys
+i = json.load(open(sys.argv[1]))["intra"]
+r = json.load(open(sys.argv[2]))["intra"]
+t, tp = float(sys.argv[3]), sys.argv[4]
 P, p, n = 4, 2, 4e6
 a_intra, a_inter, b_intra = r["lat_us"] * 1e-6, i["lat_us"] * 1e-6, r["bw_gbps"] * 1e9 * 0.5
 rest = t - (p - 1) * a_intra - (P - p) * a_inter - n * (p - 1) / P / b_intra
 # The NIC for pairwise traffic: both ranks of a host each move n in t = α_inter + n/β_rank; rounds
 # measured before the pairs probe: the one-rank-per-host calibration's.
-pair = i["bw_gbps"]
-f = "%s/pairs_%s.txt" % (out, rate)
-if os.path.exists(f):
-    ms = [float(m) for m in re.findall(r"median ([0-9.]+) ms", open(f).read())]
-    tp = (min(ms) if os.environ.get("LINK_PASS", "fastest") == "fastest" else ms[0]) * 1e-3
-    pair = p * n / max(tp - a_inter, 0.5 * tp) / 1e9
+pair = i["bw_gbps"] if tp == "-" else p * n / max(float(tp) - a_inter, 0.5 * float(tp)) / 1e9
 print(p * n * (P - p) / P / rest / 1e9, i["lat_us"], pair)
 PY
 )

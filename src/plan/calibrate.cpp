@@ -426,23 +426,19 @@ std::string boot_id() {
 // (the same boot id). Collective.
 void network_cpu(Rates& r, Communicator& world, const bench::ProbeResult& large) {
   const int W = world.size();
-  const int own_host = int(world.split_by_host(world.rank())->size()) == 1;
-  int all_own = 0;
-  {
-    std::vector<int> flags(size_t(W), 0);
-    world.all_gather(&own_host, flags.data(), sizeof(int));
-    all_own = std::all_of(flags.begin(), flags.end(), [](int f) { return f == 1; });
-  }
+  const int alone = world.split_by_host(world.rank())->size() == 1;
+  std::vector<int> alone_all(size_t(W), 0);
+  world.all_gather(&alone, alone_all.data(), sizeof(int));
+  if (std::count(alone_all.begin(), alone_all.end(), 1) != W) return;  // ranks share a host (every rank sees it)
   constexpr size_t kId = 64;
   char mine[kId] = {};
   std::strncpy(mine, boot_id().c_str(), kId - 1);
   std::vector<char> ids(kId * size_t(W));
   world.all_gather(mine, ids.data(), kId);
-  if (!all_own || mine[0] == 0 || large.busy_core_ms <= 0) return;
+  if (mine[0] == 0) return;
   int on_machine = 0;
   for (int k = 0; k < W; ++k) on_machine += std::strncmp(&ids[size_t(k) * kId], &ids[0], kId) == 0;
   r.comm_cpu_ns_per_byte = network_cpu_ns_per_byte(large.busy_core_ms, large.bytes_out, on_machine);
-  r.comm_cpu_measured = r.comm_cpu_ns_per_byte > 0;
 }
 
 void intra_link(Rates& r, Communicator& world) {

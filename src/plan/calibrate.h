@@ -27,7 +27,8 @@ struct CalibrateOptions {
 // One process: the kernels, memcpy, the side engine's hand-off; the link is derived from memcpy
 // (intra_measured false). Under mpirun (world of >= 2 ranks, collective): only the link's α and β,
 // the contention row, and with every rank on a host of its own the network stack's CPU per byte
-// (comm_cpu_measured), the rest of the result left empty (rank 0's numbers are returned).
+// (comm_cpu_ns_per_byte; 0 where not measured), the rest of the result left empty (rank 0's
+// numbers are returned).
 Rates calibrate(const CalibrateOptions& o, Communicator& world);
 
 // The network stack's CPU per byte from an all-to-all probe between hosts: `busy_core_ms`, the busy

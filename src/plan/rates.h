@@ -79,7 +79,6 @@ struct Rates {
   bool intra_measured = false;        // false: derived from memcpy_gbps and a default latency
   double side_op_overhead_us = 0;     // hand-off of one op to the side engine and back
   double comm_cpu_ns_per_byte = 0;    // host CPU per byte sent between hosts (TCP stack)
-  bool comm_cpu_measured = false;     // set by a calibration across hosts (not in the file)
   // By ranks per core, ascending; none (a file from before them): no contention terms.
   std::vector<Contention> contention;
   // The speed probe (bench::SpeedProbe: one rank, one pool thread, a fixed forward + backward)

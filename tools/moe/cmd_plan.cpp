@@ -61,13 +61,14 @@ void run_calibrate(const PlanArgs& a) {
     std::printf("moe plan --calibrate: %zu shape(s), %d iters, %d rank(s)\n", o.shapes.size(), o.iters,
                 w.size());
   run_collectively(w, [&] { r = plan::calibrate(o, w); });
+  const bool cpu_measured = w.size() > 1 && r.comm_cpu_ns_per_byte > 0;  // one process writes the default
   if (w.size() > 1 && w.rank() == 0) {  // keep the kernels of the single-process calibration
     plan::Rates base = plan::read_rates(a.rates);
     // The link's α and β between two ranks (-np 2), or from any N when the file has none; the
     // contention row of this N ranks per core is added (replacing one measured at the same N).
     if (w.size() == 2 || !base.intra_measured) base.intra = r.intra, base.intra_measured = r.intra_measured;
     for (const plan::Contention& c : r.contention) base.set_contention(c);
-    if (r.comm_cpu_measured) base.comm_cpu_ns_per_byte = r.comm_cpu_ns_per_byte, base.comm_cpu_measured = true;
+    if (r.comm_cpu_ns_per_byte > 0) base.comm_cpu_ns_per_byte = r.comm_cpu_ns_per_byte;
     r = base;
   }
   if (w.rank() != 0) return;
@@ -81,7 +82,7 @@ void run_calibrate(const PlanArgs& a) {
   std::printf("intra link: %.2f GB/s, %.2f us (%s)\n", r.intra.bw_Bps / 1e9, r.intra.lat_s * 1e6,
               r.intra_measured ? "measured" : "derived from memcpy; run under mpirun -np 2 to measure");
   std::printf("network stack CPU: %.2f ns per byte sent between hosts (%s)\nwrote %s\n", r.comm_cpu_ns_per_byte,
-              r.comm_cpu_measured ? "measured by this run: every rank on a host of its own"
+              cpu_measured ? "measured by this run: every rank on a host of its own"
                                   : "the rates file's: this run did not measure it (one rank per host under mpirun does)",
               a.out.c_str());
 }
