@@ -39,9 +39,12 @@ class CliStepMpi : public ::testing::Test {
     return testing::run_moe(args, dir_.path(), launcher);
   }
   testing::RunResult mpirun(int np, const std::string& args) {
-    // As root OpenMPI needs the two variables; harmless otherwise.
-    return moe(args, "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 " + std::string(MOE_MPIEXEC) +
-                         " --oversubscribe -np " + std::to_string(np));
+    // As root OpenMPI needs the two variables; harmless otherwise. The session directory in the
+    // test's own: these tests are discovered ones, outside cmake/mpi_session_dirs.cmake, and two of
+    // them may start mpiexec in one instant (ctest -j).
+    return moe(args, "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_orte_tmpdir_base=" +
+                         dir_.file("ompi") + " " + std::string(MOE_MPIEXEC) + " --oversubscribe -np " +
+                         std::to_string(np));
   }
   testing::TempDir dir_;
 };
