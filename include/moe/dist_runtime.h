@@ -25,11 +25,12 @@
 
 namespace moe {
 
-// What a rank whose side engine runs at normal priority is told when the
-// compute pool leaves that engine no core of its own: `pool_threads` compute
-// threads on `cores` CPUs (the rank's share: the CPUs it may run on, at most
-// the host's CPUs over its ranks there; below 1 when ranks share a CPU).
-// "" when a core is free (pool_threads < cores) or when `realtime`.
+// What a rank is told when the compute pool leaves its side engine no core of
+// its own: `pool_threads` compute threads on `cores` CPUs (the rank's share:
+// the CPUs it may run on, at most the host's CPUs over its ranks there; below 1
+// when ranks share a CPU). "" when a core is free (pool_threads < cores).
+// `realtime` (SCHED_FIFO workers) adds that they hide the exposed waits but do
+// not shorten the step there (docs/offload.md, measured 2026-12-05).
 std::string side_engine_core_warning(double cores, int pool_threads, bool realtime);
 
 class DistRuntime {
@@ -41,13 +42,14 @@ class DistRuntime {
   //
   // Environment: MOE_SIDE_ENGINE_RT=1 asks for real-time side-engine workers
   // (SideEngine's `realtime`; its communicators wait politely, so they sleep
-  // while a transfer runs). Off by default: it needs CAP_SYS_NICE and only
-  // pays where the ranks leave no core free for the side engine (the overlap
-  // demo, docs/benchmarks.md). A refusal is one warning on stderr. Without
-  // it, where the compute pools of the host's ranks leave the side engine no
-  // core (side_engine_core_warning), the first host rank warns once per
-  // process: each side-engine collective then waits for a core, and offload
-  // can make the step slower than none (docs/offload.md).
+  // while a transfer runs). Off by default: it needs CAP_SYS_NICE, and where
+  // the ranks leave no core free for the side engine it shortens the waits the
+  // step trace counts as exposed (the overlap demo, docs/benchmarks.md) but
+  // not the step (docs/offload.md). A refusal is one warning on stderr. Where
+  // the compute pools of the host's ranks leave the side engine no core
+  // (side_engine_core_warning), the first host rank warns once per process:
+  // each side-engine collective then takes time slices from the compute, and
+  // offload can make the step slower than none.
   DistRuntime(const Config& cfg, Communicator& world, bool training);
   ~DistRuntime();
 

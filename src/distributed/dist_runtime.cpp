@@ -29,15 +29,18 @@ double rank_cores(int ranks_on_host) {
 }  // namespace
 
 std::string side_engine_core_warning(double cores, int pool_threads, bool realtime) {
-  if (realtime || double(pool_threads) < cores) return "";
-  char buf[512];
+  if (double(pool_threads) < cores) return "";
+  char buf[768];
   std::snprintf(buf, sizeof buf,
                 "the side engine (moe_offload_targets) has no core of its own: %d compute thread(s) on this "
-                "rank's %.3g CPU(s), and it runs at normal priority, so each offloaded collective waits for a "
-                "core and offload can make the step slower than none (2 ranks on 2 cores: up to 8%% slower, 4 ranks "
-                "up to 20%%, docs/offload.md). Set MOE_SIDE_ENGINE_RT=1 (needs CAP_SYS_NICE or an RLIMIT_RTPRIO) or leave "
-                "a core per rank free (MOE_NUM_THREADS)",
-                pool_threads, cores);
+                "rank's %.3g CPU(s), so its collectives take time slices from the compute and offload can make "
+                "the step slower than none (measured on 2 cores: 2 ranks up to 8%% slower, 4 ranks up to 25%%, "
+                "docs/offload.md). For offload to pay, leave a core per rank free (MOE_NUM_THREADS)%s",
+                pool_threads, cores,
+                realtime ? ". MOE_SIDE_ENGINE_RT=1 hides the waits the step trace counts as exposed, not the "
+                           "step: on cores the ranks fill it made the offload variants no faster, and at 2 ranks "
+                           "per core 7-27% slower than without it"
+                         : "");
   return buf;
 }
 
