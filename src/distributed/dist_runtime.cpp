@@ -35,7 +35,8 @@ std::string side_engine_core_warning(double cores, int pool_threads, bool realti
                 "the side engine (moe_offload_targets) has no core of its own: %d compute thread(s) on this "
                 "rank's %.3g CPU(s), so its collectives take time slices from the compute and offload can make "
                 "the step slower than none (measured on 2 cores: 2 ranks up to 8%% slower, 4 ranks up to 25%%, "
-                "docs/offload.md). For offload to pay, leave a core per rank free (MOE_NUM_THREADS)%s",
+                "docs/offload.md). For offload to pay, leave a core per rank free (fewer MOE_NUM_THREADS, "
+                "or fewer ranks per host)%s",
                 pool_threads, cores,
                 realtime ? ". MOE_SIDE_ENGINE_RT=1 hides the waits the step trace counts as exposed, not the "
                            "step: on cores the ranks fill it made the offload variants no faster, and at 2 ranks "
