@@ -39,8 +39,8 @@ std::string side_engine_core_warning(double cores, int pool_threads, bool realti
                 "or fewer ranks per host)%s",
                 pool_threads, cores,
                 realtime ? ". MOE_SIDE_ENGINE_RT=1 hides the waits the step trace counts as exposed, not the "
-                           "step: on cores the ranks fill it made the offload variants no faster, and at 2 ranks "
-                           "per core 7-27% slower than without it"
+                           "step: on cores the ranks fill, offload against none measured no better with it, and at "
+                           "2 ranks per core worse (+4% to +27%, against -9% to +12% without it)"
                          : "");
   return buf;
 }
