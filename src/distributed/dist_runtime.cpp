@@ -30,19 +30,19 @@ double rank_cores(int ranks_on_host) {
 
 std::string side_engine_core_warning(double cores, int pool_threads, bool realtime) {
   if (double(pool_threads) < cores) return "";
-  char buf[768];
-  std::snprintf(buf, sizeof buf,
-                "the side engine (moe_offload_targets) has no core of its own: %d compute thread(s) on this "
-                "rank's %.3g CPU(s), so its collectives take time slices from the compute and offload can make "
-                "the step slower than none (measured on 2 cores: 2 ranks up to 8%% slower, 4 ranks up to 25%%, "
-                "docs/offload.md). For offload to pay, leave a core per rank free (fewer MOE_NUM_THREADS, "
-                "or fewer ranks per host)%s",
-                pool_threads, cores,
-                realtime ? ". MOE_SIDE_ENGINE_RT=1 hides the waits the step trace counts as exposed, not the "
-                           "step: on cores the ranks fill, offload against none measured no better with it, and at "
-                           "2 ranks per core worse (+4% to +27%, against -9% to +12% without it)"
-                         : "");
-  return buf;
+  char cpus[32];
+  std::snprintf(cpus, sizeof cpus, "%.3g", cores);
+  std::string w = "the side engine (moe_offload_targets) has no core of its own: " + std::to_string(pool_threads) +
+                  " compute thread(s) on this rank's " + cpus +
+                  " CPU(s), so its collectives take time slices from the compute and offload can make the step "
+                  "slower than none (measured on 2 cores: 2 ranks up to 8% slower, 4 ranks up to 25%, "
+                  "docs/offload.md). For offload to pay, leave a core per rank free (fewer MOE_NUM_THREADS, or "
+                  "fewer ranks per host)";
+  if (realtime)
+    w += ". MOE_SIDE_ENGINE_RT=1 hides the waits the step trace counts as exposed, not the step: on cores the "
+         "ranks fill, offload against none measured no better with it, and at 2 ranks per core worse (+4% to "
+         "+27%, against -9% to +12% without it)";
+  return w;
 }
 
 DistRuntime::DistRuntime(const Config& cfg, Communicator& world, bool training) : rank_(world.rank()) {
