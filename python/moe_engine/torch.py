@@ -487,6 +487,10 @@ class MoELayer(_torch.nn.Module):
         nonfinite_tokens (tokens whose router logits are not all finite, all ranks: > 0 makes both
         aux losses NaN; docs/reliability.md). T = 0 (an empty batch) gives an empty y and zero aux
         losses."""
+        if _torch.jit.is_tracing():
+            raise MoeError("MoELayer: torch.jit.trace cannot record it: the layer runs in the engine (through "
+                           "DLPack), which a trace cannot capture; run the model eagerly, or trace the modules "
+                           "around it (torch.fx: make MoELayer a leaf module)")
         _check_input(x, self.config["emb_dim"])
         _sync_threads()
         compute = self._compute_dtype(x)

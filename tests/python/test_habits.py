@@ -8,6 +8,7 @@ import pickle
 
 import pytest
 import torch
+import torch.fx
 import torch.utils.checkpoint as ckpt
 from torch.optim.swa_utils import AveragedModel
 
@@ -317,6 +318,29 @@ def test_input_errors_name_the_problem():
     for x, msg in cases:
         with pytest.raises(MoeError, match=msg):
             layer(x)
+
+
+def test_jit_trace_is_a_clear_error_and_fx_leaf_tracing_works():
+    model = Model()
+    x = torch.randn(T, D)
+    with pytest.raises(MoeError, match="torch.jit.trace cannot record it"):
+        torch.jit.trace(model, (x,), check_trace=False)
+
+    class Indexing(torch.nn.Module):  # (torch 1.13's fx cannot unpack a leaf's tuple: index it)
+        def __init__(self):
+            super().__init__()
+            self.inner = model
+
+        def forward(self, x):
+            return self.inner.head(self.inner.moe(self.inner.proj(x))[0])
+
+    class Leaf(torch.fx.Tracer):
+        def is_leaf_module(self, m, name):
+            return isinstance(m, MoELayer) or super().is_leaf_module(m, name)
+
+    wrapped = Indexing()
+    graph = torch.fx.GraphModule(wrapped, Leaf().trace(wrapped))
+    assert torch.equal(graph(x), wrapped(x))
 
 
 def test_non_contiguous_input_works():
