@@ -326,13 +326,9 @@ def test_jit_trace_is_a_clear_error_and_fx_leaf_tracing_works():
     with pytest.raises(MoeError, match="torch.jit.trace cannot record it"):
         torch.jit.trace(model, (x,), check_trace=False)
 
-    class Indexing(torch.nn.Module):  # (torch 1.13's fx cannot unpack a leaf's tuple: index it)
-        def __init__(self):
-            super().__init__()
-            self.inner = model
-
+    class Indexing(Model):  # torch 1.13's fx cannot unpack a leaf's tuple result: index it
         def forward(self, x):
-            return self.inner.head(self.inner.moe(self.inner.proj(x))[0])
+            return self.head(self.moe(self.proj(x))[0])
 
     class Leaf(torch.fx.Tracer):
         def is_leaf_module(self, m, name):
