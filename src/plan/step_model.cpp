@@ -220,6 +220,15 @@ struct Step {
   double cpu_of(const Group& g, const Cost& c, double bytes) const {
     return g.hosts() == 1 ? c.beta_s : bytes * r.comm_cpu_ns_per_byte * 1e-9;
   }
+  // An offloaded collective over g. It runs beside the compute unless the rank has no core to spare
+  // (a core or less a rank) and g is inside one host: such an op is all copies, which only the
+  // rank's own core share can do, and the engine's collectives measured no faster offloaded than
+  // inline there (docs/distributed.md, "Offload without a spare core"). Then it runs inline.
+  bool beside(bool off, const Group& g) const { return off && !(cl.cores_per_rank() <= 1 && g.hosts() == 1); }
+  Ev coll(bool off, const Group& g, const std::string& name, const std::string& term, const Cost& cost,
+          double extra, double cpu) {
+    return sim.collective(beside(off, g), name, term, cost, extra, cpu);
+  }
   GemmPoint gemm(double rows_per_expert) const { return r.ffn_at(L.dtype, L.D, L.F, rows_per_expert); }
   // Rows this rank's experts compute in chunk c, and over the step (LayerShape::busiest_*: the
   // slowest rank's; else uniform routing, Rc per chunk).
@@ -340,7 +349,7 @@ void weight_gathers(Step& s, Ev& up, Ev& down) {
     if (s.lay.fsdp == 1) continue;
     const Cost c = ring_all_gather(s.fs, shard * s.b, s.intra_ag, s.inter);
     const double place = s.copy_s(2 * shard * s.lay.fsdp * s.b);  // the tiled gather's placement copy
-    ev[w] = s.sim.collective(s.lay.off_fsdp, "AG:" + std::string(kWeights[w]), "AG:weights", c, place,
+    ev[w] = s.coll(s.lay.off_fsdp, s.fs, "AG:" + std::string(kWeights[w]), "AG:weights", c, place,
                              s.cpu_of(s.fs, c, shard * s.b * (s.lay.fsdp - 1)));
   }
   up = ev[1], down = ev[2];
@@ -363,11 +372,11 @@ void forward_a2a(Step& s, std::vector<Ev>& routed, const Ev& up, const Ev& down)
     s.sim.compute("permute", "permute", s.bytes_s(2.0 * double(s.Rc) * row_bytes, s.r.permute_gbps));
     if (!ep) return;
     const Cost cc = all_gather(s.ep, double(s.L.E) * 8, s.intra_ag, s.inter);
-    Ev planned = s.sim.collective(off, "AG:counts", "AG:counts", cc, 0, 0);
+    Ev planned = s.coll(off, s.ep, "AG:counts", "AG:counts", cc, 0, 0);
     if (!off) s.sim.wait(planned);
     const double bytes = double(s.Rc) * row_bytes;
     const Cost a = all_to_all(s.lay.a2a, s.ep, bytes, s.intra, s.inter);
-    sent[size_t(c)] = s.sim.collective(off, "A2A:dispatch", "A2A", a, 0, s.cpu_of(s.ep, a, bytes));
+    sent[size_t(c)] = s.coll(off, s.ep, "A2A:dispatch", "A2A", a, 0, s.cpu_of(s.ep, a, bytes));
   };
   bool waited_weights = false;
   auto comp = [&](int64_t c) {
@@ -382,7 +391,7 @@ void forward_a2a(Step& s, std::vector<Ev>& routed, const Ev& up, const Ev& down)
     if (!ep) return;
     const double bytes = double(s.Rc) * row_bytes;
     const Cost a = all_to_all(s.lay.a2a, s.ep, bytes, s.intra, s.inter);
-    ret[size_t(c)] = s.sim.collective(off, "A2A:return", "A2A", a, 0, s.cpu_of(s.ep, a, bytes));
+    ret[size_t(c)] = s.coll(off, s.ep, "A2A:return", "A2A", a, 0, s.cpu_of(s.ep, a, bytes));
   };
   auto fin = [&](int64_t c) {
     s.sim.wait(ret[size_t(c)]);
@@ -400,7 +409,7 @@ void forward_ring(Step& s, std::vector<Ev>& routed, const Ev& up, const Ev& down
     Cost a = all_gather(s.ep, double(s.Tc) * row_bytes, s.intra_ag, s.inter);
     const Cost k = all_gather(s.ep, double(s.Tc * s.L.K) * 9, s.intra_ag, s.inter);  // ids, weights, keep
     a.alpha_s += k.alpha_s, a.beta_s += k.beta_s;
-    got[size_t(c)] = s.sim.collective(off, "AG:tokens", "AG:ring", a, 0,
+    got[size_t(c)] = s.coll(off, s.ep, "AG:tokens", "AG:ring", a, 0,
                                       s.cpu_of(s.ep, a, double(s.Tc) * row_bytes * (P - 1)));
   };
   bool waited_weights = false;
@@ -415,7 +424,7 @@ void forward_ring(Step& s, std::vector<Ev>& routed, const Ev& up, const Ev& down
     ffn_forward(s, "ffn", rows, route + perm + part);
     const Cost rs = ring_reduce_scatter(s.ep, double(s.Tc) * double(s.L.D) * 4, s.intra, s.inter);
     const double add = s.copy_s(P * double(s.Tc) * double(s.L.D) * 4);
-    red[size_t(c)] = s.sim.collective(off, "RS:y", "RS:ring", rs, add,
+    red[size_t(c)] = s.coll(off, s.ep, "RS:y", "RS:ring", rs, add,
                                       s.cpu_of(s.ep, rs, double(s.Tc) * double(s.L.D) * 4 * (P - 1)));
   };
   auto fin = [&](int64_t c) {
@@ -448,7 +457,7 @@ void weight_grads(Step& s, std::vector<Ev>& reduced) {
       const Step::AllReduce a = s.all_reduce(s.dfs, full);
       c = a.cost, extra = a.extra, cpu = a.cpu;
     }
-    reduced.push_back(s.sim.collective(s.lay.off_fsdp, std::string(expl ? "RS:grad." : "AR:grad.") + w,
+    reduced.push_back(s.coll(s.lay.off_fsdp, s.dfs, std::string(expl ? "RS:grad." : "AR:grad.") + w,
                                        "grad:experts", c, extra, cpu));
   };
   if (G == 1 || !s.lay.off_fsdp) {
@@ -474,7 +483,7 @@ void backward_a2a(Step& s, std::vector<Ev>& reduced) {
     if (!ep) return;
     const double bytes = double(s.Rc) * row_bytes;
     const Cost a = all_to_all(s.lay.a2a, s.ep, bytes, s.intra, s.inter);
-    sent[size_t(c)] = s.sim.collective(off, "A2A:dispatch_grad", "A2A", a, 0, s.cpu_of(s.ep, a, bytes));
+    sent[size_t(c)] = s.coll(off, s.ep, "A2A:dispatch_grad", "A2A", a, 0, s.cpu_of(s.ep, a, bytes));
   };
   auto comp = [&](int64_t c) {
     s.sim.wait(sent[size_t(c)]);
@@ -485,7 +494,7 @@ void backward_a2a(Step& s, std::vector<Ev>& reduced) {
     if (!ep) return;
     const double bytes = double(s.Rc) * row_bytes;
     const Cost a = all_to_all(s.lay.a2a, s.ep, bytes, s.intra, s.inter);
-    ret[size_t(c)] = s.sim.collective(off, "A2A:return_grad", "A2A", a, 0, s.cpu_of(s.ep, a, bytes));
+    ret[size_t(c)] = s.coll(off, s.ep, "A2A:return_grad", "A2A", a, 0, s.cpu_of(s.ep, a, bytes));
   };
   auto fin = [&](int64_t c) {
     s.sim.wait(ret[size_t(c)]);
@@ -501,7 +510,7 @@ void backward_ring(Step& s, std::vector<Ev>& reduced) {
   const bool off = s.lay.off_ep;
   auto prep = [&](int64_t c) {
     const Cost a = all_gather(s.ep, double(s.Tc) * row_bytes, s.intra_ag, s.inter);
-    sent[size_t(c)] = s.sim.collective(off, "AG:dy", "AG:ring", a, 0,
+    sent[size_t(c)] = s.coll(off, s.ep, "AG:dy", "AG:ring", a, 0,
                                        s.cpu_of(s.ep, a, double(s.Tc) * row_bytes * (P - 1)));
   };
   auto comp = [&](int64_t c) {
@@ -515,7 +524,7 @@ void backward_ring(Step& s, std::vector<Ev>& reduced) {
     const Cost rw = ring_reduce_scatter(s.ep, double(s.Tc * s.L.K) * 4, s.intra, s.inter);
     rs.alpha_s += rw.alpha_s, rs.beta_s += rw.beta_s;
     const double add = s.copy_s(P * double(s.Tc) * double(s.L.D + s.L.K) * 4);
-    ret[size_t(c)] = s.sim.collective(off, "RS:dx", "RS:ring", rs, add,
+    ret[size_t(c)] = s.coll(off, s.ep, "RS:dx", "RS:ring", rs, add,
                                       s.cpu_of(s.ep, rs, double(s.Tc * s.L.D) * 4 * (P - 1)));
   };
   auto fin = [&](int64_t c) {

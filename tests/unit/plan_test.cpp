@@ -236,7 +236,7 @@ TEST(PlanStep, ExpertGradientAllReduceSplitsFromItsSize) {
 TEST(PlanStep, OffloadedGradientReduceScatterPacksSendsAndSums) {
   const Rates r = round_rates();
   Cluster cl;
-  cl.cores = 4, cl.ranks_per_host = 4;  // one core per rank: speed 1
+  cl.cores = 8, cl.ranks_per_host = 4, cl.threads = 1;  // a spare core per rank, speed 1
   Layout f4;
   f4.fsdp = 4, f4.off_fsdp = true;
   ModelOptions o;
@@ -300,7 +300,7 @@ TEST(PlanStep, SideEngineOverlapHandComputed) {
   // waits for wi_1 (up) and wo (down). No casts (bf16 weights), no steal, no hand-off.
   const Rates r = round_rates();
   Cluster cl;
-  cl.cores = 2, cl.ranks_per_host = 2;  // one core per rank: speed 1
+  cl.cores = 4, cl.ranks_per_host = 2, cl.threads = 1;  // a spare core per rank, speed 1
   Layout l;
   l.fsdp = 2;
   l.off_fsdp = true;
@@ -331,10 +331,41 @@ TEST(PlanStep, SideEngineOverlapHandComputed) {
   EXPECT_LT(p.exposed_comm_s, q.exposed_comm_s);
 }
 
+// Without a core to spare (a core or less per rank), an offloaded collective inside one host is all
+// copies on the rank's own core share: it runs as inline (measured no faster offloaded there).
+// Across hosts it still runs beside the compute.
+TEST(PlanStep, NoSpareCoreRunsHostLocalOffloadInline) {
+  const Rates r = round_rates();
+  Layout l;
+  l.fsdp = 2;
+  ModelOptions o;
+  o.steal = 0;
+  const LayerShape L = small_layer();
+  Cluster one;
+  one.cores = 2, one.ranks_per_host = 2;  // one core per rank
+  const Prediction inl = predict_step(L, l, one, r, o);
+  l.off_fsdp = true;
+  const Prediction off = predict_step(L, l, one, r, o);
+  for (const SimOp& op : off.ops) EXPECT_FALSE(op.side) << op.name;
+  EXPECT_NEAR(off.exposed.at("AG:weights"), inl.exposed.at("AG:weights"), 1e-15);
+  EXPECT_DOUBLE_EQ(off.side_busy_s, 0);
+  Cluster spare = one;
+  spare.cores = 4, spare.threads = 1;  // the same with a spare core: beside the compute
+  int side = 0;
+  for (const SimOp& op : predict_step(L, l, spare, r, o).ops) side += op.side;
+  EXPECT_EQ(side, 6);  // 3 gathers, 3 gradient reduce-scatters
+  Cluster across;
+  across.hosts = 2, across.cores = 1, across.ranks_per_host = 1;  // one core per rank, fsdp across hosts
+  across.inter.bw_Bps = 1e9, across.inter.lat_s = 1e-6;
+  side = 0;
+  for (const SimOp& op : predict_step(L, l, across, r, o).ops) side += op.side;
+  EXPECT_EQ(side, 6);
+}
+
 TEST(PlanStep, StealStretchesComputeUnderSideWork) {
   const Rates r = round_rates();
   Cluster cl;
-  cl.cores = 2, cl.ranks_per_host = 2;
+  cl.cores = 3, cl.ranks_per_host = 2, cl.threads = 1;  // 1.5 cores per rank: the side ops run beside
   Layout l;
   l.expert = 2, l.chunks = 4, l.off_ep = true;
   ModelOptions none, full;
@@ -810,9 +841,9 @@ TEST(PlanStep, SideBusyEndsWhenTheComputeThreadBlocksHandComputed) {
   // thread blocks on one, it (and those before it) end when their own cost is done and w has passed.
   Rates r = round_rates();
   const double w = 5e-6;
-  r.set_contention(row(1, {0}, {w}, 10));
+  r.set_contention(row(0.5, {0}, {w}, 10));
   Cluster cl;
-  cl.cores = 2, cl.ranks_per_host = 2;
+  cl.cores = 4, cl.ranks_per_host = 2, cl.threads = 1;  // 0.5 ranks per core: the row's
   Layout l;
   l.fsdp = 2;
   l.off_fsdp = true;
