@@ -350,7 +350,7 @@ void weight_gathers(Step& s, Ev& up, Ev& down) {
     const Cost c = ring_all_gather(s.fs, shard * s.b, s.intra_ag, s.inter);
     const double place = s.copy_s(2 * shard * s.lay.fsdp * s.b);  // the tiled gather's placement copy
     ev[w] = s.coll(s.lay.off_fsdp, s.fs, "AG:" + std::string(kWeights[w]), "AG:weights", c, place,
-                             s.cpu_of(s.fs, c, shard * s.b * (s.lay.fsdp - 1)));
+                   s.cpu_of(s.fs, c, shard * s.b * (s.lay.fsdp - 1)));
   }
   up = ev[1], down = ev[2];
 }
@@ -410,7 +410,7 @@ void forward_ring(Step& s, std::vector<Ev>& routed, const Ev& up, const Ev& down
     const Cost k = all_gather(s.ep, double(s.Tc * s.L.K) * 9, s.intra_ag, s.inter);  // ids, weights, keep
     a.alpha_s += k.alpha_s, a.beta_s += k.beta_s;
     got[size_t(c)] = s.coll(off, s.ep, "AG:tokens", "AG:ring", a, 0,
-                                      s.cpu_of(s.ep, a, double(s.Tc) * row_bytes * (P - 1)));
+                            s.cpu_of(s.ep, a, double(s.Tc) * row_bytes * (P - 1)));
   };
   bool waited_weights = false;
   auto comp = [&](int64_t c) {
@@ -425,7 +425,7 @@ void forward_ring(Step& s, std::vector<Ev>& routed, const Ev& up, const Ev& down
     const Cost rs = ring_reduce_scatter(s.ep, double(s.Tc) * double(s.L.D) * 4, s.intra, s.inter);
     const double add = s.copy_s(P * double(s.Tc) * double(s.L.D) * 4);
     red[size_t(c)] = s.coll(off, s.ep, "RS:y", "RS:ring", rs, add,
-                                      s.cpu_of(s.ep, rs, double(s.Tc) * double(s.L.D) * 4 * (P - 1)));
+                            s.cpu_of(s.ep, rs, double(s.Tc) * double(s.L.D) * 4 * (P - 1)));
   };
   auto fin = [&](int64_t c) {
     s.sim.wait(red[size_t(c)]);
@@ -458,7 +458,7 @@ void weight_grads(Step& s, std::vector<Ev>& reduced) {
       c = a.cost, extra = a.extra, cpu = a.cpu;
     }
     reduced.push_back(s.coll(s.lay.off_fsdp, s.dfs, std::string(expl ? "RS:grad." : "AR:grad.") + w,
-                                       "grad:experts", c, extra, cpu));
+                             "grad:experts", c, extra, cpu));
   };
   if (G == 1 || !s.lay.off_fsdp) {
     s.sim.compute("weight_grads", "weight_grads", all + merge);
@@ -510,8 +510,8 @@ void backward_ring(Step& s, std::vector<Ev>& reduced) {
   const bool off = s.lay.off_ep;
   auto prep = [&](int64_t c) {
     const Cost a = all_gather(s.ep, double(s.Tc) * row_bytes, s.intra_ag, s.inter);
-    sent[size_t(c)] = s.coll(off, s.ep, "AG:dy", "AG:ring", a, 0,
-                                       s.cpu_of(s.ep, a, double(s.Tc) * row_bytes * (P - 1)));
+    sent[size_t(c)] =
+        s.coll(off, s.ep, "AG:dy", "AG:ring", a, 0, s.cpu_of(s.ep, a, double(s.Tc) * row_bytes * (P - 1)));
   };
   auto comp = [&](int64_t c) {
     s.sim.wait(sent[size_t(c)]);
@@ -525,7 +525,7 @@ void backward_ring(Step& s, std::vector<Ev>& reduced) {
     rs.alpha_s += rw.alpha_s, rs.beta_s += rw.beta_s;
     const double add = s.copy_s(P * double(s.Tc) * double(s.L.D + s.L.K) * 4);
     ret[size_t(c)] = s.coll(off, s.ep, "RS:dx", "RS:ring", rs, add,
-                                      s.cpu_of(s.ep, rs, double(s.Tc * s.L.D) * 4 * (P - 1)));
+                            s.cpu_of(s.ep, rs, double(s.Tc * s.L.D) * 4 * (P - 1)));
   };
   auto fin = [&](int64_t c) {
     s.sim.wait(ret[size_t(c)]);
