@@ -17,11 +17,12 @@ using namespace simd;
 // in-tile widening (WidenStep, 5 x 2: 10 accumulators + 2 B vectors + the operand and the
 // high-half mask) took 0.95-1.23x the time per op, 1.05 by the median (docs/benchmarks.md,
 // 2026-12-03). The bf16 shape stays for the level's template; no call reaches it.
-// Panel tasks of 128 rows or more do not prefetch the next task's weights: at this level's tile
-// rate the packer's own reads are a small share of such a task, and the prefetches cost more than
-// they hide (forward GEMMs 1.05-1.15x faster without them at 256 rows per expert, neutral
-// elsewhere; at 64 rows they still pay: docs/benchmarks.md, "Prefetching the next task at avx2").
-using LevelAvx2 = Level<Avx2, TileShape<F32Step<Avx2>, 6, 2>, TileShape<WidenStep<Avx2>, 5, 2>, true, 128>;
+// Every panel task prefetches the weights the next task packs, as at the other levels. From
+// 2026-12-03 to 2026-12-05 tasks of 128 rows or more did not (1.05-1.15x faster forward GEMMs
+// without it at 256 rows per expert on the slower VM of then); on the faster Zen 5 VM since, the
+// forward FFN at 256 rows per expert ran 1.5-4% faster with it in all five cases measured
+// (docs/benchmarks.md, "Prefetching the next task at avx2, again").
+using LevelAvx2 = Level<Avx2, TileShape<F32Step<Avx2>, 6, 2>, TileShape<WidenStep<Avx2>, 5, 2>, true>;
 }  // namespace
 
 const kernels::Table& table_avx2() {
