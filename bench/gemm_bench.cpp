@@ -4,6 +4,10 @@
 //
 // Usage: gemm_bench [reps=5] [case-name filter] [T: tokens instead of the case's]
 // GEMM_BENCH_DTYPE=f32|bf16 runs the chosen cases in that dtype instead of their own.
+// Each case ends with `up.pair`: the up projection of separate wi_0 / wi_1 as one gmm_pair against
+// two gmm calls, and `up.dlhs.add`: its data gradient as gmm_dlhs + gmm_dlhs_add against two
+// gmm_dlhs into f32 and an add pass; alternated (the speedup, and whether the outputs are the same
+// bytes). GEMM_BENCH_OP=up.pair runs only these two comparisons.
 // The dense baseline computes in the dtype our active kernel level computes in
 // (src/bench/dense_baseline.h): a bf16 case has an f32 baseline below avx512_bf16.
 // Each row: our median ms and GFLOP/s, the dense baseline's,
@@ -109,6 +113,53 @@ void print_row(const std::string& name, double flops, const std::vector<double>&
               ms, flops / (ms * 1e6), dense_ms, flops / (dense_ms * 1e6), dense_ms / ms, dense_best / best);
 }
 
+// The up projection of separate weights (wi_0, wi_1 [E, D, F]): gmm_pair into h [R, 2F] against
+// gmm into h0 and h1 [R, F], alternated; the row reports the speedup and compares the bytes.
+void bench_pair(const FfnCase& c, const GroupLayout& g, const Tensor& xs, int reps) {
+  const int64_t R = c.T * c.K, D = c.D, F = c.F, E = c.E;
+  const DType t = c.dtype;
+  Tensor w0 = filled(t, {E, D, F}, 7), w1 = filled(t, {E, D, F}, 8);
+  Tensor h = Tensor::empty(t, {R, 2 * F}), h0 = Tensor::empty(t, {R, F}), h1 = Tensor::empty(t, {R, F});
+  auto [pair, two] = times_ms_interleaved(
+      reps, [&] { gmm_pair(xs, w0, w1, g, 0, h); }, [&] { gmm(xs, w0, g, 0, h0), gmm(xs, w1, g, 0, h1); });
+  const size_t row = size_t(F) * dtype_size(t);
+  bool same = true;
+  for (int64_t r = 0; r < R && same; ++r) {
+    const auto* p = static_cast<const std::byte*>(h.raw()) + size_t(r) * 2 * row;
+    same = std::memcmp(p, static_cast<const std::byte*>(h0.raw()) + size_t(r) * row, row) == 0 &&
+           std::memcmp(p + row, static_cast<const std::byte*>(h1.raw()) + size_t(r) * row, row) == 0;
+  }
+  const double ms = median(pair), two_ms = median(two), flops = 4.0 * double(R) * double(D) * double(F);
+  std::printf("  %-12s %9.2f ms %7.0f GFLOP/s | two gmm %9.2f ms %7.0f GFLOP/s | %.3fx | %s\n", "up.pair", ms,
+              flops / (ms * 1e6), two_ms, flops / (two_ms * 1e6), two_ms / ms,
+              same ? "same bytes" : "OUTPUTS DIFFER");
+  // The data gradient of the same weights: dxs = round(p0 + p1), p_i = dh_i @ wi_i^T in f32, as
+  // gmm_dlhs + gmm_dlhs_add (p1 added in the tiles) against two gmm_dlhs into f32 and an add pass.
+  Tensor dh0 = filled(t, {R, F}, 9), dh1 = filled(t, {R, F}, 10);
+  Tensor p0 = Tensor::empty(DType::f32, {R, D}), p1 = Tensor::empty(DType::f32, {R, D});
+  Tensor dx_new = Tensor::empty(t, {R, D}), dx_old = Tensor::empty(t, {R, D});
+  auto add_pass = [&] {
+    parallel_for(R * D, 4096, [&](int64_t b, int64_t e) {
+      const float* a = p0.data<float>();
+      const float* c = p1.data<float>();
+      for (int64_t i = b; i < e; ++i) {
+        if (t == DType::bf16)
+          dx_old.data<bf16>()[i] = to_bf16(a[i] + c[i]);
+        else
+          dx_old.data<float>()[i] = a[i] + c[i];
+      }
+    });
+  };
+  auto [fused_ms, split_ms] = times_ms_interleaved(
+      reps, [&] { gmm_dlhs(dh0, w0, g, 0, p0), gmm_dlhs_add(dh1, w1, g, 0, p0, dx_new); },
+      [&] { gmm_dlhs(dh0, w0, g, 0, p0), gmm_dlhs(dh1, w1, g, 0, p1), add_pass(); });
+  same = std::memcmp(dx_new.raw(), dx_old.raw(), dx_new.nbytes()) == 0;
+  const double f = median(fused_ms), o = median(split_ms);
+  std::printf("  %-12s %9.2f ms %7.0f GFLOP/s | dlhs x2 + add %6.2f ms %7.0f GFLOP/s | %.3fx | %s\n",
+              "up.dlhs.add", f, flops / (f * 1e6), o, flops / (o * 1e6), o / f,
+              same ? "same bytes" : "OUTPUTS DIFFER");
+}
+
 void bench_case(const FfnCase& c, int reps) {
   GroupLayout g = route(c);
   int64_t R = c.T * c.K, D = c.D, F = c.F, E = c.E;
@@ -135,7 +186,9 @@ void bench_case(const FfnCase& c, int reps) {
   std::printf("  kernel level %s; dense baseline: %s (%s)\n", isa_name(active_isa()),
               dense_baseline_name(chosen).c_str(), chosen.why.c_str());
   double fwd_flops = 0, all_flops = 0;
-  if (const char* only = std::getenv("GEMM_BENCH_OP")) {  // one op alone (for a profiler): ours only, many reps
+  const char* only = std::getenv("GEMM_BENCH_OP");
+  if (only && std::strcmp(only, "up.pair") == 0) return bench_pair(c, g, xs, reps);
+  if (only) {  // one op alone (for a profiler): ours only, many reps
     for (const Op& op : ops)
       if (op.name == only) {
         op.run();
@@ -166,6 +219,7 @@ void bench_case(const FfnCase& c, int reps) {
         for (DenseMatmul& d : dense) d.run();
       });
   print_row("ffn.fwd+bwd", all_flops, all, all_base);
+  bench_pair(c, g, xs, reps);
 }
 
 }  // namespace

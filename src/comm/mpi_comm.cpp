@@ -20,10 +20,12 @@
 
 #include <mpi.h>
 #include <sched.h>
+#include <signal.h>
 
 #include <atomic>
 #include <chrono>
 #include <climits>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -329,6 +331,17 @@ void gather_rank_hosts() {
   set_rank_hosts(std::move(hosts));
 }
 
+// A write to a TCP peer whose host died raises SIGPIPE, whose default action ends the process at
+// once: a surviving rank then dies "on signal 13 (Broken pipe)" before the watchdog names the host
+// that failed, and mpirun may report that rank (the first death it hears of) instead of the dead
+// host's (seen under load in cluster_fail_kill_1, 2026-12-05). Ignored, the write fails with EPIPE,
+// the collective waits, and the watchdog ends the job naming the silent host. Only a default
+// disposition is changed (a handler the program installed stays; Python already ignores SIGPIPE).
+void ignore_sigpipe() {
+  struct sigaction old {};
+  if (sigaction(SIGPIPE, nullptr, &old) == 0 && old.sa_handler == SIG_DFL) std::signal(SIGPIPE, SIG_IGN);
+}
+
 // MPI's lifetime: initialized by the first world communicator, finalized
 // when the last communicator holding it goes (if this code initialized it).
 class MpiRuntime {
@@ -337,6 +350,7 @@ class MpiRuntime {
     int inited = 0, provided = MPI_THREAD_SINGLE;
     MPI_Initialized(&inited);
     if (!inited) {
+      ignore_sigpipe();
       MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided);
       owns_ = true;
     } else {

@@ -150,7 +150,10 @@ MemoryEstimate estimate_memory(const Config& c, int64_t tokens, int64_t ranks, b
                   + Rf * D * s * 2            // dys, dxs
                   + Tg * K * 4                // d(weights)
                   + Rf * 3 * F * s            // da, dh0, dh1
-                  + Rf * D * 4 * 2            // the two f32 partial input gradients p0, p1
+                  + Rf * D * 4 * 2            // the f32 partial input gradient p0 (the second product is
+                                              // added to it in the tiles since 2026-12-05) and one more
+                                              // [R, D] f32: with p0 alone the bf16 layer's measured peak
+                                              // is 2.5% above the estimate (docs/reliability.md)
                   + expert_weights * 4        // the experts' weight gradients (f32)
                   + E * D * 4                 // the router's gradient
                   + Tg * D * 4 + Tg * E * 4;  // dx, dz

@@ -31,6 +31,8 @@ const Table& reference_table() {
     r.gmm = reference::gmm;
     r.gmm_dlhs = reference::gmm_dlhs;
     r.gmm_drhs = reference::gmm_drhs;
+    r.gmm_pair = reference::gmm_pair;
+    r.gmm_dlhs_add = reference::gmm_dlhs_add;
     return r;
   }();
   return t;

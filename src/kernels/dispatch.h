@@ -20,6 +20,9 @@
 namespace moe::kernels {
 
 using GemmFn = void (*)(const Tensor&, const Tensor&, const GroupLayout&, int64_t, Tensor&);
+using GemmPairFn = void (*)(const Tensor&, const Tensor&, const Tensor&, const GroupLayout&, int64_t,
+                            Tensor&);
+using GemmAddFn = void (*)(const Tensor&, const Tensor&, const GroupLayout&, int64_t, const Tensor&, Tensor&);
 
 // The per-step constants of one AdamW update (train/optimizer.h has the formula).
 struct AdamWStep {
@@ -32,6 +35,8 @@ struct Table {
   Isa isa;
   // Grouped GEMM (arguments checked by the callers in grouped_gemm.cpp).
   GemmFn gmm, gmm_dlhs, gmm_drhs;
+  GemmPairFn gmm_pair;
+  GemmAddFn gmm_dlhs_add;
   // Row primitives (kernels/row_ops.h has their contracts).
   void (*weighted_sum_bb)(const float*, const bf16* const*, int64_t, bf16*, int64_t, const bf16* const*);
   void (*weighted_sum_bf)(const float*, const bf16* const*, int64_t, float*, int64_t, const bf16* const*);

@@ -43,6 +43,19 @@ void check_gmm(const Tensor& lhs, const Tensor& rhs, const GroupLayout& groups, 
   check_out_dtype("gmm", lhs, out);
 }
 
+void check_gmm_pair(const Tensor& lhs, const Tensor& rhs0, const Tensor& rhs1, const GroupLayout& groups,
+                    int64_t goff, const Tensor& out) {
+  check_float_pair("gmm_pair", lhs, rhs0);
+  check_float_pair("gmm_pair", lhs, rhs1);
+  if (lhs.ndim() != 2 || rhs0.ndim() != 3 || rhs1.ndim() != 3 || rhs0.dim(1) != lhs.dim(1) ||
+      rhs1.dim(0) != rhs0.dim(0) || rhs1.dim(1) != lhs.dim(1))
+    fail("[gmm_pair] expected lhs [M, Kc], rhs0 [G, Kc, N0] and rhs1 [G, Kc, N1], got ",
+         shape_str(lhs.shape()), ", ", shape_str(rhs0.shape()), " and ", shape_str(rhs1.shape()));
+  check_groups("gmm_pair", groups, goff, rhs0, lhs.dim(0));
+  expect_shape(out, {lhs.dim(0), rhs0.dim(2) + rhs1.dim(2)}, "[gmm_pair] out");
+  check_out_dtype("gmm_pair", lhs, out);
+}
+
 void check_gmm_dlhs(const Tensor& dout, const Tensor& rhs, const GroupLayout& groups, int64_t goff,
                     const Tensor& dlhs) {
   check_float_pair("gmm_dlhs", dout, rhs);
@@ -52,6 +65,16 @@ void check_gmm_dlhs(const Tensor& dout, const Tensor& rhs, const GroupLayout& gr
   check_groups("gmm_dlhs", groups, goff, rhs, dout.dim(0));
   expect_shape(dlhs, {dout.dim(0), rhs.dim(1)}, "[gmm_dlhs] dlhs");
   check_out_dtype("gmm_dlhs", dout, dlhs);
+}
+
+void check_gmm_dlhs_add(const Tensor& dout, const Tensor& rhs, const GroupLayout& groups, int64_t goff,
+                        const Tensor& addend, const Tensor& dlhs) {
+  check_gmm_dlhs(dout, rhs, groups, goff, dlhs);
+  const DType acc = dout.dtype() == DType::f64 ? DType::f64 : DType::f32;
+  if (addend.dtype() != acc)
+    fail("[gmm_dlhs_add] addend must be ", dtype_name(acc), " for ", dtype_name(dout.dtype()),
+         " inputs, got ", dtype_name(addend.dtype()));
+  expect_shape(addend, dlhs.shape(), "[gmm_dlhs_add] addend");
 }
 
 void check_gmm_drhs(const Tensor& lhs, const Tensor& dout, const GroupLayout& groups, int64_t goff,
@@ -75,10 +98,24 @@ void gmm(const Tensor& lhs, const Tensor& rhs, const GroupLayout& g, int64_t o, 
   kernels::table().gmm(lhs, rhs, g, o, out);
 }
 
+void gmm_pair(const Tensor& lhs, const Tensor& rhs0, const Tensor& rhs1, const GroupLayout& g, int64_t o,
+              Tensor& out) {
+  detail::check_gmm_pair(lhs, rhs0, rhs1, g, o, out);
+  if (lhs.dtype() == DType::f64) return reference::gmm_pair(lhs, rhs0, rhs1, g, o, out);
+  kernels::table().gmm_pair(lhs, rhs0, rhs1, g, o, out);
+}
+
 void gmm_dlhs(const Tensor& dout, const Tensor& rhs, const GroupLayout& g, int64_t o, Tensor& dlhs) {
   detail::check_gmm_dlhs(dout, rhs, g, o, dlhs);
   if (dout.dtype() == DType::f64) return reference::gmm_dlhs(dout, rhs, g, o, dlhs);
   kernels::table().gmm_dlhs(dout, rhs, g, o, dlhs);
+}
+
+void gmm_dlhs_add(const Tensor& dout, const Tensor& rhs, const GroupLayout& g, int64_t o,
+                  const Tensor& addend, Tensor& dlhs) {
+  detail::check_gmm_dlhs_add(dout, rhs, g, o, addend, dlhs);
+  if (dout.dtype() == DType::f64) return reference::gmm_dlhs_add(dout, rhs, g, o, addend, dlhs);
+  kernels::table().gmm_dlhs_add(dout, rhs, g, o, addend, dlhs);
 }
 
 void gmm_drhs(const Tensor& lhs, const Tensor& dout, const GroupLayout& g, int64_t o, Tensor& drhs) {

@@ -40,9 +40,26 @@ namespace moe {
 // out dtype: f32 or the lhs dtype.
 void gmm(const Tensor& lhs, const Tensor& rhs, const GroupLayout& groups, int64_t group_offset, Tensor& out);
 
+// Two products of one lhs side by side (the up projection with separate wi_0 / wi_1):
+// out[M, N0 + N1] (rows of local groups): columns [0, N0) = lhs @ rhs0[g], columns [N0, N0 + N1) =
+// lhs @ rhs1[g] (rhs0 [n_local, Kc, N0], rhs1 [n_local, Kc, N1]). Each column is the chain gmm gives
+// it (a column's bits depend only on its row of lhs, its column of weights and Kc), so the result is
+// bit for bit that of gmm(lhs, rhs0) and gmm(lhs, rhs1) written into the two column windows; lhs is
+// read (and at avx2 widened) once for both.
+void gmm_pair(const Tensor& lhs, const Tensor& rhs0, const Tensor& rhs1, const GroupLayout& groups,
+              int64_t group_offset, Tensor& out);
+
 // dlhs[M, Kc] (rows of local groups) = dout[M, N] @ rhs[g]^T, reading rhs [n_local, Kc, N] transposed in place.
 void gmm_dlhs(const Tensor& dout, const Tensor& rhs, const GroupLayout& groups, int64_t group_offset,
               Tensor& dlhs);
+
+// gmm_dlhs with an f32 addend (the separate layout's data gradient, p0 + dh1 @ wi_1^T):
+// dlhs[r, k] (rows of local groups) = round(addend[r, k] + (dout @ rhs[g]^T)[r, k]), addend f32
+// [M, Kc]: one f32 addition after the whole chain, then the output's rounding. Bit for bit
+// gmm_dlhs into an f32 tensor, added to the addend in f32 and rounded to dlhs's dtype, without the
+// f32 product ever written.
+void gmm_dlhs_add(const Tensor& dout, const Tensor& rhs, const GroupLayout& groups, int64_t group_offset,
+                  const Tensor& addend, Tensor& dlhs);
 
 // drhs[n_local, Kc, N] (f32) = for each local group g: lhs[rows g]^T @ dout[rows g]; zero for an empty group.
 void gmm_drhs(const Tensor& lhs, const Tensor& dout, const GroupLayout& groups, int64_t group_offset,
@@ -51,8 +68,12 @@ void gmm_drhs(const Tensor& lhs, const Tensor& dout, const GroupLayout& groups, 
 namespace reference {
 // Plain loops with the same contract: the spec every fast kernel is tested against.
 void gmm(const Tensor& lhs, const Tensor& rhs, const GroupLayout& groups, int64_t group_offset, Tensor& out);
+void gmm_pair(const Tensor& lhs, const Tensor& rhs0, const Tensor& rhs1, const GroupLayout& groups,
+              int64_t group_offset, Tensor& out);
 void gmm_dlhs(const Tensor& dout, const Tensor& rhs, const GroupLayout& groups, int64_t group_offset,
               Tensor& dlhs);
+void gmm_dlhs_add(const Tensor& dout, const Tensor& rhs, const GroupLayout& groups, int64_t group_offset,
+                  const Tensor& addend, Tensor& dlhs);
 void gmm_drhs(const Tensor& lhs, const Tensor& dout, const GroupLayout& groups, int64_t group_offset,
               Tensor& drhs);
 }  // namespace reference

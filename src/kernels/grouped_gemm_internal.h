@@ -12,8 +12,12 @@ namespace moe::detail {
 // Argument checks of each op; throw moe::Error naming the op.
 void check_gmm(const Tensor& lhs, const Tensor& rhs, const GroupLayout& groups, int64_t group_offset,
                const Tensor& out);
+void check_gmm_pair(const Tensor& lhs, const Tensor& rhs0, const Tensor& rhs1, const GroupLayout& groups,
+                    int64_t group_offset, const Tensor& out);
 void check_gmm_dlhs(const Tensor& dout, const Tensor& rhs, const GroupLayout& groups, int64_t group_offset,
                     const Tensor& dlhs);
+void check_gmm_dlhs_add(const Tensor& dout, const Tensor& rhs, const GroupLayout& groups,
+                        int64_t group_offset, const Tensor& addend, const Tensor& dlhs);
 void check_gmm_drhs(const Tensor& lhs, const Tensor& dout, const GroupLayout& groups, int64_t group_offset,
                     const Tensor& drhs);
 

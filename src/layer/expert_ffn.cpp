@@ -75,22 +75,6 @@ Tensor rows_tensor(DType dt, int64_t R, int64_t C, int64_t valid) {
   return t;
 }
 
-// dst = round(a + b) over all elements (a, b f32; dst dtype), or all f64 on the double path.
-void add_round(const Tensor& a, const Tensor& b, Tensor& dst) {
-  if (dst.dtype() == DType::f64)
-    return parallel_for(a.numel(), 4096, [&](int64_t s, int64_t e) {
-      for (int64_t i = s; i < e; ++i) dst.data<double>()[i] = a.data<double>()[i] + b.data<double>()[i];
-    });
-  parallel_for(a.numel(), 4096, [&](int64_t s, int64_t e) {
-    const float* A = a.data<float>();
-    const float* B = b.data<float>();
-    if (dst.dtype() == DType::bf16)
-      for (int64_t i = s; i < e; ++i) dst.data<bf16>()[i] = to_bf16(A[i] + B[i]);
-    else
-      for (int64_t i = s; i < e; ++i) dst.data<float>()[i] = A[i] + B[i];
-  });
-}
-
 }  // namespace
 
 FfnActivations ffn_forward(const Config& cfg, const FfnWeights& w, const Tensor& xs, const GroupLayout& g) {
@@ -105,13 +89,12 @@ FfnActivations ffn_forward(const Config& cfg, const FfnWeights& w, const Tensor&
     v0 = {act.h, 0, 2 * F};
     v1 = {act.h, F, 2 * F};
   } else {
-    act.h0 = rows_tensor(dt, R, F, valid);
-    act.h1 = rows_tensor(dt, R, F, valid);
+    // h = [xs @ wi_0 | xs @ wi_1]: one pass over xs for both (the bits of two gmm calls).
+    act.h = rows_tensor(dt, R, 2 * F, valid);
     w.ready(FfnPart::up);
-    gmm(xs, w.wi_0, g, 0, act.h0);
-    gmm(xs, w.wi_1, g, 0, act.h1);
-    v0 = {act.h0, 0, F};
-    v1 = {act.h1, 0, F};
+    gmm_pair(xs, w.wi_0, w.wi_1, g, 0, act.h);
+    v0 = {act.h, 0, 2 * F};
+    v1 = {act.h, F, 2 * F};
   }
   act.a = rows_tensor(dt, R, F, valid);
   gated_act_forward(cfg.mlp_activation, v0, v1, valid, F, act.a);
@@ -146,16 +129,18 @@ Tensor ffn_backward_data(const Config& cfg, const FfnWeights& w, const Tensor& x
   }
   keep.dh0 = rows_tensor(dt, R, F, rows);
   keep.dh1 = rows_tensor(dt, R, F, rows);
-  gated_act_backward(cfg.mlp_activation, {act.h0, 0, F}, {act.h1, 0, F}, da, rows, F, {keep.dh0, 0, F},
+  gated_act_backward(cfg.mlp_activation, {act.h, 0, 2 * F}, {act.h, F, 2 * F}, da, rows, F, {keep.dh0, 0, F},
                      {keep.dh1, 0, F});
   da = Tensor();
-  if (rel.act) rel.act->h0 = rel.act->h1 = Tensor();
+  if (rel.act) rel.act->h = Tensor();
+  // dxs = round(p0 + dh1 @ wi_1^T), p0 = dh0 @ wi_0^T in f32: the second product is added to p0 in
+  // the GEMM's tiles, never written in f32 itself.
   const DType acc = dt == DType::f64 ? DType::f64 : DType::f32;
-  Tensor p0 = rows_tensor(acc, R, D, rows), p1 = rows_tensor(acc, R, D, rows);
+  Tensor p0 = rows_tensor(acc, R, D, rows);
   gmm_dlhs(keep.dh0, w.wi_0, g, 0, p0);
-  gmm_dlhs(keep.dh1, w.wi_1, g, 0, p1);
-  if (rel.w) rel.w->wi_0 = rel.w->wi_1 = Tensor();
-  add_round(p0, p1, dxs);
+  if (rel.w) rel.w->wi_0 = Tensor();
+  gmm_dlhs_add(keep.dh1, w.wi_1, g, 0, p0, dxs);
+  if (rel.w) rel.w->wi_1 = Tensor();
   return dxs;
 }
 

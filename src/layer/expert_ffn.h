@@ -33,10 +33,9 @@ struct FfnWeights {
 FfnWeights ffn_weights(const Config& cfg, const LayerWeights& w);
 
 struct FfnActivations {
-  Tensor h;       // [R, 2F] prefused; else undefined
-  Tensor h0, h1;  // [R, F] separate weights; else undefined
-  Tensor a;       // [R, F]
-  Tensor ys;      // [R, D]
+  Tensor h;   // [R, 2F]: [h0 | h1] (xs @ wi_0 | xs @ wi_1, or xs @ wi prefused)
+  Tensor a;   // [R, F]
+  Tensor ys;  // [R, D]
 };
 
 // xs: [R, D] dtype; E_l = w.experts local experts (groups may list more:

@@ -2,6 +2,7 @@
 // (source rank, destination, index) so a misrouted row is caught, and
 // reductions are compared bit for bit with the rank-order sum computed locally.
 #include <gtest/gtest.h>
+#include <signal.h>
 
 #include <algorithm>
 #include <cstring>
@@ -28,6 +29,15 @@ TEST(MpiComm, BackendAndThreadLevel) {
   EXPECT_GE(w.size(), 2);
   // Recorded for the capability table; OpenMPI 4.1 provides MULTIPLE.
   EXPECT_NE(w.thread_level(), ThreadLevel::single) << thread_level_name(w.thread_level());
+}
+
+// The runtime that initializes MPI ignores SIGPIPE (mpi_comm.cpp, ignore_sigpipe): a write to a dead
+// host's socket fails with EPIPE instead of ending this rank before the watchdog names that host.
+TEST(MpiComm, SigpipeIsIgnored) {
+  world();
+  struct sigaction now {};
+  ASSERT_EQ(sigaction(SIGPIPE, nullptr, &now), 0);
+  EXPECT_EQ(now.sa_handler, SIG_IGN) << "SIGPIPE still ends the process";
 }
 
 TEST(MpiComm, AllGatherInRankOrder) {

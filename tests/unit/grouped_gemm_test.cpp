@@ -527,6 +527,148 @@ TEST_P(GroupedGemm, ACopyOffTheSetStrideKeepsTheBits) {
   check_set_stride_copy(DType::bf16, DType::f32, 2051, false);  // odd: a half word, no copy
 }
 
+// gmm_pair(lhs, rhs0, rhs1) is bit for bit gmm(lhs, rhs0) and gmm(lhs, rhs1) side by side, in its
+// one-GEMM form (N0 a whole number of the tile's panels: 16, 32 or 64 columns at these levels, so
+// N0 = 64 and 128 take it) and in its fallback of two GEMMs into column windows (N0 = 17, 40),
+// with the rows outside the local groups and the bytes around the output untouched. The cases:
+// the shared ones (odd reductions, empty groups, group offsets, extra rows), plus few rows per
+// group with a long reduction (the weight slabs), and rows of 4 KiB (a copy of A off the L1 sets'
+// stride at the 12-row tiles).
+void check_pair(DType in, DType out_t, const Case& c, int64_t N0, int64_t N1) {
+  SCOPED_TRACE(::testing::Message() << "Kc " << c.Kc << " N0 " << N0 << " N1 " << N1 << " in "
+                                    << dtype_name(in) << " out " << dtype_name(out_t));
+  const GroupLayout g = GroupLayout::from_sizes(c.sizes);
+  const int64_t M = rows_of(c, g), pad = 5;
+  Tensor lhs = random_tensor(in, {M, c.Kc}, 71);
+  Tensor rhs0 = random_tensor(in, {c.n_local, c.Kc, N0}, 72),
+         rhs1 = random_tensor(in, {c.n_local, c.Kc, N1}, 73);
+  Guarded pair(out_t, M, N0 + N1, pad);
+  gmm_pair(lhs, rhs0, rhs1, g, c.goff, pair.view);
+  Tensor o0(out_t, {M, N0}), o1(out_t, {M, N1});
+  gmm(lhs, rhs0, g, c.goff, o0);
+  gmm(lhs, rhs1, g, c.goff, o1);
+  const auto [a, b] = local_rows(c, g);
+  const size_t es = dtype_size(out_t);
+  const auto* p = static_cast<const std::byte*>(pair.view.raw());
+  for (int64_t r = a; r < b; ++r) {
+    const bool same =
+        std::memcmp(p + size_t(r * (N0 + N1)) * es,
+                    static_cast<const std::byte*>(o0.raw()) + size_t(r * N0) * es, size_t(N0) * es) == 0 &&
+        std::memcmp(p + size_t(r * (N0 + N1) + N0) * es,
+                    static_cast<const std::byte*>(o1.raw()) + size_t(r * N1) * es, size_t(N1) * es) == 0;
+    if (!same) {
+      ADD_FAILURE() << "gmm_pair row " << r << " differs from the two gmm calls";
+      break;
+    }
+  }
+  expect_rows_untouched(pair.view, c, g, "gmm_pair");
+  EXPECT_TRUE(pair.guards_intact()) << "gmm_pair wrote outside its output";
+}
+
+std::vector<Case> pair_cases() {
+  std::vector<Case> all = cases();
+  all.push_back({{3, 130, 2}, 2100, 0, 0, 3, 1});  // few rows per group, a long reduction: the slabs
+  all.push_back({{70, 0, 90}, 2048, 0, 1, 2, 0});  // 4 KiB bf16 / 8 KiB f32 rows, a group offset
+  return all;
+}
+
+TEST_P(GroupedGemm, PairIsTwoGemmsBitForBit) {
+  for (const Case& c : pair_cases())
+    for (auto [N0, N1] : {std::pair<int64_t, int64_t>{64, 64}, {128, 40}, {17, 33}, {40, 64}}) {
+      check_pair(DType::bf16, DType::bf16, c, N0, N1);
+      check_pair(DType::bf16, DType::f32, c, N0, N1);
+      check_pair(DType::f32, DType::f32, c, N0, N1);
+    }
+}
+
+// gmm_dlhs_add(dout, rhs, addend) is bit for bit gmm_dlhs into f32, added to the addend in f32 and
+// rounded to the output's dtype (the separate layout's p0 + p1), on the shared cases plus a long
+// reduction over few rows per group (the weight slabs, whose last reduction block adds) and rows
+// of 4 KiB (A copied off the L1 sets' stride at the 12-row tiles).
+void check_dlhs_add(DType in, DType out_t, const Case& c) {
+  SCOPED_TRACE(::testing::Message() << "Kc " << c.Kc << " N " << c.N << " in " << dtype_name(in) << " out "
+                                    << dtype_name(out_t));
+  const GroupLayout g = GroupLayout::from_sizes(c.sizes);
+  const int64_t M = rows_of(c, g);
+  Tensor dout = random_tensor(in, {M, c.N}, 81), rhs = random_tensor(in, {c.n_local, c.Kc, c.N}, 82);
+  Tensor addend = random_tensor(DType::f32, {M, c.Kc}, 83);
+  Guarded fused(out_t, M, c.Kc, 3);
+  gmm_dlhs_add(dout, rhs, g, c.goff, addend, fused.view);
+  Tensor part(DType::f32, {M, c.Kc});
+  gmm_dlhs(dout, rhs, g, c.goff, part);
+  const auto [a, b] = local_rows(c, g);
+  for (int64_t i = a * c.Kc; i < b * c.Kc; ++i) {
+    const float sum = addend.data<float>()[i] + part.data<float>()[i];
+    const bool same = out_t == DType::bf16 ? fused.view.data<bf16>()[i].bits == to_bf16(sum).bits
+                                           : std::memcmp(&fused.view.data<float>()[i], &sum, 4) == 0;
+    if (!same) {
+      ADD_FAILURE() << "gmm_dlhs_add element " << i << " differs from gmm_dlhs + the addend, rounded";
+      break;
+    }
+  }
+  expect_rows_untouched(fused.view, c, g, "gmm_dlhs_add");
+  EXPECT_TRUE(fused.guards_intact()) << "gmm_dlhs_add wrote outside its output";
+}
+
+TEST_P(GroupedGemm, DlhsAddIsDlhsThenAddBitForBit) {
+  std::vector<Case> all = cases();
+  all.push_back({{3, 130, 2}, 40, 2100, 0, 3, 1});  // few rows per group, a long reduction: the slabs
+  all.push_back({{70, 0, 90}, 24, 2048, 1, 2, 0});  // dout rows of 4 KiB bf16 / 8 KiB f32, a group offset
+  for (const Case& c : all) {
+    check_dlhs_add(DType::bf16, DType::bf16, c);
+    check_dlhs_add(DType::bf16, DType::f32, c);
+    check_dlhs_add(DType::f32, DType::f32, c);
+  }
+}
+
+TEST(GroupedGemmReference, DlhsAddIsDlhsThenAddBitForBit) {
+  ScopedIsa scoped(Isa::reference);
+  for (const Case& c : cases()) {
+    check_dlhs_add(DType::bf16, DType::bf16, c);
+    check_dlhs_add(DType::f32, DType::f32, c);
+  }
+}
+
+TEST(GroupedGemmChecks, DlhsAddNamesItsAddend) {
+  const GroupLayout g = GroupLayout::from_sizes({4, 4});
+  Tensor dout(DType::bf16, {8, 16}), w(DType::bf16, {2, 12, 16}), dl(DType::bf16, {8, 12});
+  Tensor bf_addend(DType::bf16, {8, 12}), short_addend(DType::f32, {7, 12});
+  try {
+    gmm_dlhs_add(dout, w, g, 0, bf_addend, dl);
+    ADD_FAILURE() << "a bf16 addend was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("[gmm_dlhs_add] addend must be f32 for bf16 inputs"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(gmm_dlhs_add(dout, w, g, 0, short_addend, dl), Error);
+}
+
+// The reference twin's gmm_pair: its own gmm's loops into the two column windows.
+TEST(GroupedGemmReference, PairIsTwoGemmsBitForBit) {
+  ScopedIsa scoped(Isa::reference);
+  for (const Case& c : cases()) {
+    check_pair(DType::bf16, DType::bf16, c, 24, 40);
+    check_pair(DType::f32, DType::f32, c, 17, 16);
+  }
+}
+
+TEST(GroupedGemmChecks, PairNamesItsShapes) {
+  const GroupLayout g = GroupLayout::from_sizes({4, 4});
+  Tensor lhs(DType::bf16, {8, 16}), w0(DType::bf16, {2, 16, 8}), w1(DType::bf16, {2, 12, 8});
+  Tensor out(DType::bf16, {8, 16});
+  try {
+    gmm_pair(lhs, w0, w1, g, 0, out);
+    ADD_FAILURE() << "a mismatched rhs1 was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(
+        std::string(e.what()).find("[gmm_pair] expected lhs [M, Kc], rhs0 [G, Kc, N0] and rhs1 [G, Kc, N1]"),
+        std::string::npos)
+        << e.what();
+  }
+  Tensor w1ok(DType::bf16, {2, 16, 8}), narrow(DType::bf16, {8, 8});
+  EXPECT_THROW(gmm_pair(lhs, w0, w1ok, g, 0, narrow), Error);  // out is [M, N0 + N1]
+}
 
 // The levels that multiply bf16 as widened f32 with FMA (avx2, avx512) run
 // each element's chain in the same order, so they must agree bit for bit,

@@ -166,6 +166,16 @@ class Prefetcher {
   int64_t row_ = 0, col_ = 0, every_ = 0, burst_ = 0, countdown_ = 0;
 };
 
+// An f32 addend of a GEMM's output (gmm_dlhs_add): out[i, c] = round(add[i, c] + the chain),
+// one f32 addition after the whole chain, then the output's rounding: the bits of the chain written
+// to f32, added to the addend and rounded (the separate layout's data gradient, p0 + p1).
+// `p` null: no addend.
+struct Addend {
+  const float* p = nullptr;
+  int64_t ld = 0;
+  Addend at(int64_t r, int64_t c) const { return p ? Addend{p + r * ld + c, ld} : Addend{}; }
+};
+
 // A tile of MR rows x NR = L*NV columns. A word (row i, step p) lives at
 // a + off[i] + p * a_step (bytes); B is packed [P][kB][NR]. `half_last`: the
 // last word of A holds only its low bf16 (odd reduction length); the bytes
@@ -212,7 +222,7 @@ struct Tile {
   template <class Out>
   static void run(const std::byte* a, const ptrdiff_t* row_off, ptrdiff_t a_step, const float* b, int64_t P,
                   bool half_last, Out* out, int64_t ldc, int mr, int64_t nc, bool stream = false,
-                  const float* init = nullptr, int64_t ldi = 0, Prefetcher* pf = nullptr) {
+                  const float* init = nullptr, int64_t ldi = 0, Prefetcher* pf = nullptr, Addend add = {}) {
     ptrdiff_t off[MR];
     MOE_UNROLL for (int i = 0; i < MR; ++i) off[i] = row_off[i];
     Acc acc;
@@ -224,6 +234,11 @@ struct Tile {
           const int64_t left = nc - L * v;
           if (i < mr && left > 0) acc[i][v] = V::load_n(init + i * ldi + L * v, left);
         }
+    // The addend's lines, read after the chain: asked for now, so they arrive while it runs.
+    if (add.p)
+      for (int i = 0; i < mr; ++i)
+        for (int64_t c = 0; c < nc; c += 64 / int64_t(sizeof(float)))
+          __builtin_prefetch(add.p + i * add.ld + c, 0, 3);
     const int64_t full = half_last ? P - 1 : P, per = int64_t(kB) * NR;
     // Runs of word steps with nothing else in the loop, a burst of prefetches between runs.
     for (int64_t p = 0; p < full;) {
@@ -232,6 +247,10 @@ struct Tile {
       if (pf) pf->ran(n);
     }
     if (half_last) step<true>(acc, a + full * a_step, off, b + full * per);
+    if (add.p) MOE_UNROLL for (int i = 0; i < MR; ++i) MOE_UNROLL for (int v = 0; v < NV; ++v) {
+        const int64_t left = nc - L * v;
+        if (i < mr && left > 0) acc[i][v] = V::add(acc[i][v], V::load_n(add.p + i * add.ld + L * v, left));
+      }
     store(acc, out, ldc, mr, nc, stream);
   }
 
@@ -413,15 +432,16 @@ struct AView {
 // tile a row lands in; a full-height tile would compute MR - mr rows for
 // nothing (a block of 20 rows at MR 6: 4 of 24 rows wasted).
 template <class V, class Step, int MR, int NV, int H = MR - 1, class Out>
-MOE_INLINE void run_short_tile(int mr, const std::byte* a, const ptrdiff_t* off, ptrdiff_t a_step, const float* b,
-                               int64_t P, bool half_last, Out* out, int64_t ldc, int64_t nc, bool stream,
-                               const float* init, int64_t ldi, Prefetcher* pf) {
+MOE_INLINE void run_short_tile(int mr, const std::byte* a, const ptrdiff_t* off, ptrdiff_t a_step,
+                               const float* b, int64_t P, bool half_last, Out* out, int64_t ldc, int64_t nc,
+                               bool stream, const float* init, int64_t ldi, Prefetcher* pf, Addend add) {
   if constexpr (H >= 1) {
     if (mr == H) {
-      Tile<V, Step, H, NV>::run(a, off, a_step, b, P, half_last, out, ldc, H, nc, stream, init, ldi, pf);
+      Tile<V, Step, H, NV>::run(a, off, a_step, b, P, half_last, out, ldc, H, nc, stream, init, ldi, pf, add);
       return;
     }
-    run_short_tile<V, Step, MR, NV, H - 1>(mr, a, off, a_step, b, P, half_last, out, ldc, nc, stream, init, ldi, pf);
+    run_short_tile<V, Step, MR, NV, H - 1>(mr, a, off, a_step, b, P, half_last, out, ldc, nc, stream, init,
+                                           ldi, pf, add);
   }
 }
 
@@ -430,7 +450,7 @@ MOE_INLINE void run_short_tile(int mr, const std::byte* a, const ptrdiff_t* off,
 template <class V, class Step, int MR, int NV, class Out>
 void run_rows(const AView& a, int64_t r0, int64_t r1, const uint32_t* b, int64_t P, bool half_last, Out* out,
               int64_t ldc, int64_t nc, Prefetcher* pf, bool stream = false, const float* init = nullptr,
-              int64_t ldi = 0) {
+              int64_t ldi = 0, Addend add = {}) {
   const float* bf = reinterpret_cast<const float*>(b);
   for (int64_t r = r0; r < r1; r += MR) {
     const int mr = int(std::min<int64_t>(MR, r1 - r));
@@ -438,11 +458,11 @@ void run_rows(const AView& a, int64_t r0, int64_t r1, const uint32_t* b, int64_t
     for (int i = 0; i < mr; ++i) off[i] = (r + i) * a.row_bytes;  // a tile of mr rows reads mr offsets
     const float* tile_init = init ? init + r * ldi : nullptr;
     if (mr == MR)
-      Tile<V, Step, MR, NV>::run(a.base, off, a.step_bytes, bf, P, half_last, out + r * ldc, ldc, mr, nc, stream,
-                                 tile_init, ldi, pf);
+      Tile<V, Step, MR, NV>::run(a.base, off, a.step_bytes, bf, P, half_last, out + r * ldc, ldc, mr, nc,
+                                 stream, tile_init, ldi, pf, add.at(r, 0));
     else
       run_short_tile<V, Step, MR, NV>(mr, a.base, off, a.step_bytes, bf, P, half_last, out + r * ldc, ldc, nc,
-                                      stream, tile_init, ldi, pf);
+                                      stream, tile_init, ldi, pf, add.at(r, 0));
   }
 }
 
@@ -501,7 +521,8 @@ constexpr int kLongSlabTileRows = 6;                 // tiles of at most this ma
 
 template <class V, class S, class T, class Out, class Weights>
 void slab_gemm(const T* A, int64_t lda, int64_t len, Out* out, int64_t ldc, int64_t n_out,
-               const GroupLayout& groups, int64_t goff, int64_t n_local, const Weights& w, int64_t rows_max) {
+               const GroupLayout& groups, int64_t goff, int64_t n_local, const Weights& w, int64_t rows_max,
+               Addend add) {
   using Step = typename S::Step;
   constexpr int MR = S::MR, NV = S::NV;
   constexpr int64_t NR = int64_t(V::L) * NV, kB = Step::kB;
@@ -551,8 +572,8 @@ void slab_gemm(const T* A, int64_t lda, int64_t len, Out* out, int64_t ldc, int6
           float* sums = part + pi * NR;
           const float* init = kb > 0 ? sums : nullptr;
           if (last)
-            run_rows<V, Step, MR, NV>(a, 0, k.r1 - k.r0, slab, nw, half, out + k.r0 * ldc + k.c0 + pi * NR, ldc, nc,
-                                      &pf, false, init, ldp);
+            run_rows<V, Step, MR, NV>(a, 0, k.r1 - k.r0, slab, nw, half, out + k.r0 * ldc + k.c0 + pi * NR,
+                                      ldc, nc, &pf, false, init, ldp, add.at(k.r0, k.c0 + pi * NR));
           else
             run_rows<V, Step, MR, NV>(a, 0, k.r1 - k.r0, slab, nw, false, sums, ldp, nc, &pf, false, init, ldp);
         }
@@ -564,7 +585,7 @@ void slab_gemm(const T* A, int64_t lda, int64_t len, Out* out, int64_t ldc, int6
 template <class V, class S, class T, class Out, class Weights>
 void row_major_gemm(const T* A, int64_t lda, int64_t len, Out* out, int64_t ldc, int64_t n_out,
                     const GroupLayout& groups, int64_t goff, int64_t n_local, const Weights& w,
-                    int64_t prefetch_below_rows) {
+                    int64_t prefetch_below_rows, Addend add = {}) {
   using Step = typename S::Step;
   constexpr int MR = S::MR, NV = S::NV;
   constexpr int64_t NR = int64_t(V::L) * NV;
@@ -575,9 +596,9 @@ void row_major_gemm(const T* A, int64_t lda, int64_t len, Out* out, int64_t ldc,
     const int64_t rows = groups.offsets[size_t(goff + n_local)] - groups.offsets[size_t(goff)];
     const int64_t panel_bytes = words_of<T>(len) * Step::kB * NR * 4;
     if (nonempty > 0 && rows <= kSlabRows * nonempty && panel_bytes > kPackBytes)
-      return slab_gemm<V, S>(A, lda, len, out, ldc, n_out, groups, goff, n_local, w, kSlabRows);
+      return slab_gemm<V, S>(A, lda, len, out, ldc, n_out, groups, goff, n_local, w, kSlabRows, add);
     if (nonempty > 0 && MR <= kLongSlabTileRows && panel_bytes > kLongPanelBytes)
-      return slab_gemm<V, S>(A, lda, len, out, ldc, n_out, groups, goff, n_local, w, kLongSlabRows);
+      return slab_gemm<V, S>(A, lda, len, out, ldc, n_out, groups, goff, n_local, w, kLongSlabRows, add);
   }
   const int64_t panels = (n_out + NR - 1) / NR, P = words_of<T>(len), panel_words = P * Step::kB * NR;
   const int64_t per_task = std::clamp<int64_t>(kPackBytes / (panel_words * 4), 1, panels);
@@ -620,7 +641,7 @@ void row_major_gemm(const T* A, int64_t lda, int64_t len, Out* out, int64_t ldc,
                (k.r1 - k.r0 + MR - 1) / MR * (p1 - k.p0) * P);
       for (int64_t pi = k.p0; pi < p1; ++pi)
         run_rows<V, Step, MR, NV>(a, k.r0, k.r1, bp + (pi - k.p0) * panel_words, P, half, out + pi * NR, ldc,
-                                  std::min(NR, n_out - pi * NR), &pf);
+                                  std::min(NR, n_out - pi * NR), &pf, false, nullptr, 0, add.at(0, pi * NR));
     }
   });
 }
@@ -656,6 +677,27 @@ struct TransposedWeights {
   Region region(int64_t lg, int64_t c0, int64_t c1, int64_t w0, int64_t w1) const {
     return {reinterpret_cast<const std::byte*>(W + (lg * Kc + c0) * N + w0 * kPer), ptrdiff_t(N * sizeof(T)),
             c1 - c0, int64_t((std::min(N, w1 * kPer) - w0 * kPer) * sizeof(T))};
+  }
+};
+
+// gmm_pair's B: two weight views side by side, columns [0, n0) of the product from `lo` and
+// [n0, n0 + hi's N) from `hi`. n0 is a whole number of the tile's panels, so every panel (and a
+// slab's run of panels, whose columns start at panel boundaries) packs from one side only.
+template <class W>
+struct PairWeights {
+  static constexpr int64_t kBytes = W::kBytes;
+  W lo, hi;
+  int64_t n0;
+  PairWeights from_group(int64_t g) const { return {lo.from_group(g), hi.from_group(g), n0}; }
+  void pack(int64_t lg, int64_t c0, int64_t nc, int64_t w0, int64_t w1, uint32_t* dst, int64_t NR) const {
+    if (c0 < n0) return lo.pack(lg, c0, nc, w0, w1, dst, NR);
+    hi.pack(lg, c0 - n0, nc, w0, w1, dst, NR);
+  }
+  // A block of columns on both sides names its larger part: a prefetch is only a hint.
+  Region region(int64_t lg, int64_t c0, int64_t c1, int64_t w0, int64_t w1) const {
+    if (c1 <= n0) return lo.region(lg, c0, c1, w0, w1);
+    if (c0 >= n0) return hi.region(lg, c0 - n0, c1 - n0, w0, w1);
+    return n0 - c0 >= c1 - n0 ? lo.region(lg, c0, n0, w0, w1) : hi.region(lg, 0, c1 - n0, w0, w1);
   }
 };
 
@@ -723,7 +765,7 @@ inline GroupLayout local_layout(const GroupLayout& groups, int64_t goff, int64_t
 // resident.
 template <class Lv, class Out, class Weights>
 void widened_gemm(const bf16* A, int64_t lda, int64_t len, Out* out, int64_t ldc, int64_t n_out,
-                  const GroupLayout& groups, int64_t goff, int64_t n_local, const Weights& wide) {
+                  const GroupLayout& groups, int64_t goff, int64_t n_local, const Weights& wide, Addend add) {
   using V = typename Lv::V;
   using S = typename Lv::template Shape<float>;
   const int64_t ldw = (len + V::L - 1) / V::L * V::L;  // widened rows, zero-padded to whole vectors
@@ -735,7 +777,7 @@ void widened_gemm(const bf16* A, int64_t lda, int64_t len, Out* out, int64_t ldc
     });
     row_major_gemm<V, S>(reinterpret_cast<const float*>(aw), ldw, len, out + first * ldc, ldc, n_out,
                          local_layout(groups, goff, g0, g1), 0, g1 - g0, wide.from_group(g0),
-                         Lv::kPrefetchBelowRows);
+                         Lv::kPrefetchBelowRows, add.at(first, 0));
   });
 }
 
@@ -744,7 +786,7 @@ void widened_gemm(const bf16* A, int64_t lda, int64_t len, Out* out, int64_t ldc
 // bits of the GEMM on A in place. The copy comes from the engine's allocator.
 template <class Lv, class T, class Out, class Weights>
 void copied_gemm(const T* A, int64_t lda, int64_t len, Out* out, int64_t ldc, int64_t n_out,
-                 const GroupLayout& groups, int64_t goff, int64_t n_local, const Weights& w) {
+                 const GroupLayout& groups, int64_t goff, int64_t n_local, const Weights& w, Addend add) {
   using V = typename Lv::V;
   using S = typename Lv::template Shape<T>;
   const int64_t ldcopy = copy_stride<T>(len);
@@ -756,45 +798,93 @@ void copied_gemm(const T* A, int64_t lda, int64_t len, Out* out, int64_t ldc, in
       for (int64_t r = r0; r < r1; ++r)
         std::memcpy(ac + r * ldcopy, A + (first + r) * lda, size_t(len) * sizeof(T));
     });
-    row_major_gemm<V, S>(ac, ldcopy, len, out + first * ldc, ldc, n_out, local_layout(groups, goff, g0, g1), 0,
-                         g1 - g0, w.from_group(g0), Lv::kPrefetchBelowRows);
+    row_major_gemm<V, S>(ac, ldcopy, len, out + first * ldc, ldc, n_out, local_layout(groups, goff, g0, g1),
+                         0, g1 - g0, w.from_group(g0), Lv::kPrefetchBelowRows, add.at(first, 0));
   });
 }
 
-// A GEMM against each group's weights rhs[g] [Kc, N], viewed by Weights
-// (RowWeights or TransposedWeights): A [rows, len] read in place, from a copy
-// off the sets' stride (copied_gemm), or widened ahead at a kWidenAhead level.
-template <class Lv, template <class, Pack, int64_t, class> class Weights, class T, class Out>
-void weights_gemm(const T* A, int64_t len, const T* rhs, int64_t Kc, int64_t N, Out* out, int64_t n_out,
-                  const GroupLayout& groups, int64_t goff, int64_t n_local) {
+// The template arguments of a weight view for the packing a level's GEMM of T uses: Pack::widen_rows
+// of bf16 at a kWidenAhead level (the f32 tile), else its step's own.
+template <class Vec, Pack kP, int64_t kPerWord, class E>
+struct WeightsKind {
+  using V = Vec;
+  using T = E;
+  static constexpr Pack kPack = kP;
+  static constexpr int64_t kPer = kPerWord;
+};
+template <class Lv, class T>
+using WeightsKindOf =
+    std::conditional_t<kWidened<Lv, T>, WeightsKind<typename Lv::V, Pack::widen_rows, 1, bf16>,
+                       WeightsKind<typename Lv::V, Lv::template Shape<T>::Step::kPack,
+                                   Lv::template Shape<T>::Step::kPerWord, T>>;
+
+// Panel width (columns) of the tile a level's GEMM of T runs.
+template <class Lv, class T>
+constexpr int64_t panel_columns() {
+  using S = typename Lv::template Shape<std::conditional_t<kWidened<Lv, T>, float, T>>;
+  return int64_t(Lv::V::L) * S::NV;
+}
+
+// A GEMM against each group's weights (out columns [0, n_out), row stride ldc), viewed by
+// `weights` (RowWeights, TransposedWeights or PairWeights of them, for WeightsKindOf<Lv, T>): A
+// [rows, len] read in place, from a copy off the sets' stride (copied_gemm), or widened ahead at a
+// kWidenAhead level. `add` (row stride of its own): an f32 addend of the output (Addend).
+template <class Lv, class T, class Out, class Weights>
+void weights_gemm(const T* A, int64_t len, Out* out, int64_t ldc, int64_t n_out, const GroupLayout& groups,
+                  int64_t goff, int64_t n_local, const Weights& weights, Addend add = {}) {
   using V = typename Lv::V;
   if constexpr (kWidened<Lv, T>) {
-    const Weights<V, Pack::widen_rows, 1, bf16> w{rhs, Kc, N};
-    widened_gemm<Lv>(A, len, len, out, n_out, n_out, groups, goff, n_local, w);
+    widened_gemm<Lv>(A, len, len, out, ldc, n_out, groups, goff, n_local, weights, add);
   } else {
     using S = typename Lv::template Shape<T>;
-    using Step = typename S::Step;
-    const Weights<V, Step::kPack, Step::kPerWord, T> w{rhs, Kc, N};
     if (rows_per_set(len * int64_t(sizeof(T)), S::MR) > kRowsPerSetLimit)
-      return copied_gemm<Lv>(A, len, len, out, n_out, n_out, groups, goff, n_local, w);
-    row_major_gemm<V, S>(A, len, len, out, n_out, n_out, groups, goff, n_local, w, Lv::kPrefetchBelowRows);
+      return copied_gemm<Lv>(A, len, len, out, ldc, n_out, groups, goff, n_local, weights, add);
+    row_major_gemm<V, S>(A, len, len, out, ldc, n_out, groups, goff, n_local, weights, Lv::kPrefetchBelowRows,
+                         add);
   }
+}
+
+// The weight view `Weights` (RowWeights or TransposedWeights) of rhs [n_local, Kc, N] for Lv's GEMM of T.
+template <class Lv, class T, template <class, Pack, int64_t, class> class Weights>
+auto weights_view(const T* rhs, int64_t Kc, int64_t N) {
+  using K = WeightsKindOf<Lv, T>;
+  return Weights<typename K::V, K::kPack, K::kPer, T>{rhs, Kc, N};
 }
 
 // out[M, N] = lhs[M, Kc] @ rhs[g]  (rhs [n_local, Kc, N])
 template <class Lv, class T, class Out>
 void gmm_typed(const Tensor& lhs, const Tensor& rhs, const GroupLayout& groups, int64_t goff, Tensor& out) {
   const int64_t Kc = lhs.dim(1), N = rhs.dim(2);
-  weights_gemm<Lv, RowWeights>(lhs.data<T>(), Kc, rhs.data<T>(), Kc, N, out.data<Out>(), N, groups, goff,
-                               rhs.dim(0));
+  weights_gemm<Lv>(lhs.data<T>(), Kc, out.data<Out>(), N, N, groups, goff, rhs.dim(0),
+                   weights_view<Lv, T, RowWeights>(rhs.data<T>(), Kc, N));
+}
+
+// out[M, N0 + N1] = [lhs @ rhs0[g] | lhs @ rhs1[g]]: one GEMM over both weights (PairWeights), A
+// read or widened once, when N0 is a whole number of panels; else the two GEMMs into the two column
+// windows. The same bits either way (each column's chain is gmm's).
+template <class Lv, class T, class Out>
+void gmm_pair_typed(const Tensor& lhs, const Tensor& rhs0, const Tensor& rhs1, const GroupLayout& groups,
+                    int64_t goff, Tensor& out) {
+  const int64_t Kc = lhs.dim(1), N0 = rhs0.dim(2), N1 = rhs1.dim(2), ld = N0 + N1, n_local = rhs0.dim(0);
+  const auto lo = weights_view<Lv, T, RowWeights>(rhs0.data<T>(), Kc, N0);
+  const auto hi = weights_view<Lv, T, RowWeights>(rhs1.data<T>(), Kc, N1);
+  Out* o = out.data<Out>();
+  if (N0 % panel_columns<Lv, T>() == 0)
+    return weights_gemm<Lv>(lhs.data<T>(), Kc, o, ld, ld, groups, goff, n_local,
+                            PairWeights<std::decay_t<decltype(lo)>>{lo, hi, N0});
+  weights_gemm<Lv>(lhs.data<T>(), Kc, o, ld, N0, groups, goff, n_local, lo);
+  weights_gemm<Lv>(lhs.data<T>(), Kc, o + N0, ld, N1, groups, goff, n_local, hi);
 }
 
 // dlhs[M, Kc] = dout[M, N] @ rhs[g]^T  (rhs [n_local, Kc, N] read transposed in place, panel by panel)
+// With `addend` (f32 [M, Kc]): dlhs = round(addend + dout @ rhs[g]^T) (gmm_dlhs_add).
 template <class Lv, class T, class Out>
-void dlhs_typed(const Tensor& dout, const Tensor& rhs, const GroupLayout& groups, int64_t goff, Tensor& dlhs) {
+void dlhs_typed(const Tensor& dout, const Tensor& rhs, const GroupLayout& groups, int64_t goff, Tensor& dlhs,
+                const Tensor* addend = nullptr) {
   const int64_t Kc = rhs.dim(1), N = rhs.dim(2);
-  weights_gemm<Lv, TransposedWeights>(dout.data<T>(), N, rhs.data<T>(), Kc, N, dlhs.data<Out>(), Kc, groups, goff,
-                                      rhs.dim(0));
+  weights_gemm<Lv>(dout.data<T>(), N, dlhs.data<Out>(), Kc, Kc, groups, goff, rhs.dim(0),
+                   weights_view<Lv, T, TransposedWeights>(rhs.data<T>(), Kc, N),
+                   addend ? Addend{addend->data<float>(), Kc} : Addend{});
 }
 
 // ---- Weight gradient -----------------------------------------------------------
@@ -985,10 +1075,22 @@ struct Gemm {
     if (out.dtype() == DType::f32) return gmm_typed<Lv, bf16, float>(lhs, rhs, g, goff, out);
     gmm_typed<Lv, bf16, bf16>(lhs, rhs, g, goff, out);
   }
+  static void gmm_pair(const Tensor& lhs, const Tensor& rhs0, const Tensor& rhs1, const GroupLayout& g,
+                       int64_t goff, Tensor& out) {
+    if (lhs.dtype() == DType::f32) return gmm_pair_typed<Lv, float, float>(lhs, rhs0, rhs1, g, goff, out);
+    if (out.dtype() == DType::f32) return gmm_pair_typed<Lv, bf16, float>(lhs, rhs0, rhs1, g, goff, out);
+    gmm_pair_typed<Lv, bf16, bf16>(lhs, rhs0, rhs1, g, goff, out);
+  }
   static void dlhs(const Tensor& dout, const Tensor& rhs, const GroupLayout& g, int64_t goff, Tensor& dlhs) {
     if (dout.dtype() == DType::f32) return dlhs_typed<Lv, float, float>(dout, rhs, g, goff, dlhs);
     if (dlhs.dtype() == DType::f32) return dlhs_typed<Lv, bf16, float>(dout, rhs, g, goff, dlhs);
     dlhs_typed<Lv, bf16, bf16>(dout, rhs, g, goff, dlhs);
+  }
+  static void dlhs_add(const Tensor& dout, const Tensor& rhs, const GroupLayout& g, int64_t goff,
+                       const Tensor& addend, Tensor& dlhs) {
+    if (dout.dtype() == DType::f32) return dlhs_typed<Lv, float, float>(dout, rhs, g, goff, dlhs, &addend);
+    if (dlhs.dtype() == DType::f32) return dlhs_typed<Lv, bf16, float>(dout, rhs, g, goff, dlhs, &addend);
+    dlhs_typed<Lv, bf16, bf16>(dout, rhs, g, goff, dlhs, &addend);
   }
   static void drhs(const Tensor& lhs, const Tensor& dout, const GroupLayout& g, int64_t goff, Tensor& drhs) {
     if (lhs.dtype() == DType::f32) return drhs_typed<Lv, float>(lhs, dout, g, goff, drhs);
