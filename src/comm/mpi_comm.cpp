@@ -25,7 +25,6 @@
 #include <atomic>
 #include <chrono>
 #include <climits>
-#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -339,7 +338,7 @@ void gather_rank_hosts() {
 // disposition is changed (a handler the program installed stays; Python already ignores SIGPIPE).
 void ignore_sigpipe() {
   struct sigaction old {};
-  if (sigaction(SIGPIPE, nullptr, &old) == 0 && old.sa_handler == SIG_DFL) std::signal(SIGPIPE, SIG_IGN);
+  if (sigaction(SIGPIPE, nullptr, &old) == 0 && old.sa_handler == SIG_DFL) signal(SIGPIPE, SIG_IGN);
 }
 
 // MPI's lifetime: initialized by the first world communicator, finalized

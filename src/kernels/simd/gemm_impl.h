@@ -803,21 +803,6 @@ void copied_gemm(const T* A, int64_t lda, int64_t len, Out* out, int64_t ldc, in
   });
 }
 
-// The template arguments of a weight view for the packing a level's GEMM of T uses: Pack::widen_rows
-// of bf16 at a kWidenAhead level (the f32 tile), else its step's own.
-template <class Vec, Pack kP, int64_t kPerWord, class E>
-struct WeightsKind {
-  using V = Vec;
-  using T = E;
-  static constexpr Pack kPack = kP;
-  static constexpr int64_t kPer = kPerWord;
-};
-template <class Lv, class T>
-using WeightsKindOf =
-    std::conditional_t<kWidened<Lv, T>, WeightsKind<typename Lv::V, Pack::widen_rows, 1, bf16>,
-                       WeightsKind<typename Lv::V, Lv::template Shape<T>::Step::kPack,
-                                   Lv::template Shape<T>::Step::kPerWord, T>>;
-
 // Panel width (columns) of the tile a level's GEMM of T runs.
 template <class Lv, class T>
 constexpr int64_t panel_columns() {
@@ -826,7 +811,7 @@ constexpr int64_t panel_columns() {
 }
 
 // A GEMM against each group's weights (out columns [0, n_out), row stride ldc), viewed by
-// `weights` (RowWeights, TransposedWeights or PairWeights of them, for WeightsKindOf<Lv, T>): A
+// `weights` (RowWeights, TransposedWeights or PairWeights of them, from weights_view): A
 // [rows, len] read in place, from a copy off the sets' stride (copied_gemm), or widened ahead at a
 // kWidenAhead level. `add` (row stride of its own): an f32 addend of the output (Addend).
 template <class Lv, class T, class Out, class Weights>
@@ -844,11 +829,17 @@ void weights_gemm(const T* A, int64_t len, Out* out, int64_t ldc, int64_t n_out,
   }
 }
 
-// The weight view `Weights` (RowWeights or TransposedWeights) of rhs [n_local, Kc, N] for Lv's GEMM of T.
+// The weight view `Weights` (RowWeights or TransposedWeights) of rhs [n_local, Kc, N] for Lv's GEMM
+// of T: packed widened row by row for bf16 at a kWidenAhead level (the f32 tile), else as its step.
 template <class Lv, class T, template <class, Pack, int64_t, class> class Weights>
 auto weights_view(const T* rhs, int64_t Kc, int64_t N) {
-  using K = WeightsKindOf<Lv, T>;
-  return Weights<typename K::V, K::kPack, K::kPer, T>{rhs, Kc, N};
+  using V = typename Lv::V;
+  if constexpr (kWidened<Lv, T>) {
+    return Weights<V, Pack::widen_rows, 1, T>{rhs, Kc, N};
+  } else {
+    using Step = typename Lv::template Shape<T>::Step;
+    return Weights<V, Step::kPack, Step::kPerWord, T>{rhs, Kc, N};
+  }
 }
 
 // out[M, N] = lhs[M, Kc] @ rhs[g]  (rhs [n_local, Kc, N])
