@@ -422,9 +422,9 @@ void* acquire_large(Pool& pl, size_t bytes, bool& ours) {
 
 size_t size_class(size_t bytes) {
   if (bytes < kLargeBytes) return bytes;
-  // 16 classes per power of two, at least 64 KiB apart.
-  size_t top = size_t(1) << (63 - __builtin_clzll(bytes));
-  return round_up(bytes, std::max(top / 16, size_t(64) << 10));
+  // 16 classes per power of two: 4 KiB apart at kLargeBytes, 64 KiB apart from 1 MiB on.
+  const size_t top = size_t(1) << (63 - __builtin_clzll(bytes));
+  return round_up(bytes, top / 16);
 }
 
 void* acquire(size_t bytes, size_t align) {

@@ -1,12 +1,16 @@
-// The tensor allocator (docs/architecture.md §7). Small blocks (< kLargeBytes)
-// come from the C library's aligned_alloc. Large blocks are the engine's own:
+// The tensor allocator (docs/architecture.md §7). Small blocks (< kLargeBytes,
+// 64 KiB) come from the C library's aligned_alloc. Large blocks are the engine's
+// own (from 64 KiB: glibc serves blocks of 128 KiB and more with a mapping of
+// their own and trims its heaps' free tops, so a step's mid-size tensors faulted
+// their pages in again every step):
 //  - carved out of one arena: a range of address space reserved once with mmap
 //    (MAP_NORESERVE, so only the pages touched count), 2 MiB aligned and
 //    madvise(MADV_HUGEPAGE)d. The arena never mixes with another allocator's
 //    memory: a tensor handed to torch through DLPack may be released on any
 //    thread, by whatever allocator the interpreter runs, and still comes back;
-//  - rounded up to size classes (16 per power of two, >= 64 KiB steps), so
-//    shapes that change a little map to the same few sizes; blocks of
+//  - rounded up to size classes (16 per power of two: 4 KiB steps at 64 KiB,
+//    64 KiB steps from 1 MiB), so shapes that change a little map to the same
+//    few sizes; blocks of
 //    >= kHugeBytes start on a 2 MiB boundary (one fault per huge page);
 //  - a request is carved out of a free span (block splitting) and a released
 //    block merges with its free neighbours (coalescing), so a step whose T grew
@@ -42,7 +46,7 @@
 
 namespace moe::alloc {
 
-inline constexpr size_t kLargeBytes = size_t(1) << 20;
+inline constexpr size_t kLargeBytes = size_t(64) << 10;
 inline constexpr size_t kHugeBytes = size_t(16) << 20;
 inline constexpr size_t kHugePage = size_t(2) << 20;
 inline constexpr double kFootprintSlack = 0.25;
