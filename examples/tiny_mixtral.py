@@ -28,6 +28,12 @@ import time
 # from each other on a busy machine (measured: docs/python_benchmarks.md, "Thread settings"). Read
 # by libgomp when torch loads, so it is set before the import.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# OpenBLAS's own threads (torch's matmuls under Debian's python3-torch) poll with sched_yield for
+# 2^28 cycles after each call before they sleep: on 2 cores they took the cores from the engine and
+# from torch, a third of the job's CPU time in the kernel. 2^4 cycles: they sleep at once (200
+# steps: 20,085 against 18,665 tokens/s, median of 6 alternated runs; docs/python_example.md).
+# Read when OpenBLAS loads with torch.
+os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
 
 import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
