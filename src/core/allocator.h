@@ -10,8 +10,8 @@
 //    thread, by whatever allocator the interpreter runs, and still comes back;
 //  - rounded up to size classes (16 per power of two: 4 KiB steps at 64 KiB,
 //    64 KiB steps from 1 MiB), so shapes that change a little map to the same
-//    few sizes; blocks of
-//    >= kHugeBytes start on a 2 MiB boundary (one fault per huge page);
+//    few sizes; blocks of >= kHugeBytes start on a 2 MiB boundary (one fault
+//    per huge page);
 //  - a request is carved out of a free span (block splitting) and a released
 //    block merges with its free neighbours (coalescing), so a step whose T grew
 //    takes the previous step's pages, and a smaller T takes part of them;
