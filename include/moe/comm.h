@@ -193,6 +193,18 @@ class Communicator {
   // interval (a large shared-memory transfer moves only inside the tests).
   void set_polite_waits(bool on) { polite_waits_ = on; }
   bool polite_waits() const { return polite_waits_; }
+  // Polite waits for large transfers only: a blocking collective that sends at least `bytes` out
+  // of this rank to the others waits as set_polite_waits(true) makes it; smaller ones keep MPI's
+  // wait. 0 (the default): off. Inherited by split() and split_by_host(). Mesh sets it on its
+  // groups that span hosts when a machine runs as many ranks as it has cores or more: there the
+  // kernel's TCP work shares the cores with the waiting ranks (docs/distributed.md, "Waiting
+  // on shared cores").
+  void set_polite_waits_from(size_t bytes) { polite_from_ = bytes; }
+  size_t polite_waits_from() const { return polite_from_; }
+  // Whether a collective sending `bytes_out` to the other ranks waits politely.
+  bool polite_for(size_t bytes_out) const {
+    return polite_waits_ || (polite_from_ > 0 && bytes_out >= polite_from_);
+  }
 
  protected:
   explicit Communicator(std::shared_ptr<CommCounters> counters);
@@ -208,6 +220,7 @@ class Communicator {
   void check_layout(const A2ALayout& layout, const char* op) const;
   std::shared_ptr<CommCounters> counters_;
   bool polite_waits_ = false;
+  size_t polite_from_ = 0;
 };
 
 // The exception boundary of a multi-rank job: runs body(); any exception

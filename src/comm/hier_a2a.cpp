@@ -130,6 +130,7 @@ std::string HostMap::describe() const {
 
 HierAllToAll::HierAllToAll(Communicator& comm) : comm_(comm) {
   intra_ = comm.split_by_host(comm.rank());
+  intra_->set_polite_waits_from(0);  // one host: MPI's shared memory, moved by the ranks' own polls
   map_ = gather_host_map(comm, *intra_);
   const int me = comm.rank();
   if (map_.hosts() > 1 && map_.ranks_per_host() > 1)  // the same answer on every rank

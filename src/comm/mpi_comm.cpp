@@ -543,6 +543,7 @@ class MpiComm : public Communicator {
     MPI_Comm_split(comm_, color, key, &sub);
     auto out = std::make_unique<MpiComm>(rt_, sub, shared_counters(), id);
     out->set_polite_waits(polite_waits());
+    out->set_polite_waits_from(polite_waits_from());
     return out;
   }
 
@@ -555,6 +556,7 @@ class MpiComm : public Communicator {
     else MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, key, MPI_INFO_NULL, &sub);
     auto out = std::make_unique<MpiComm>(rt_, sub, shared_counters(), id);
     out->set_polite_waits(polite_waits());
+    out->set_polite_waits_from(polite_waits_from());
     return out;
   }
 
@@ -565,13 +567,13 @@ class MpiComm : public Communicator {
 
  protected:
   void do_all_gather(const void* send, void* recv, size_t block_bytes) override {
-    if (polite_waits()) return do_iall_gather(send, recv, block_bytes)->wait();
+    if (polite_for(block_bytes * size_t(size_ - 1))) return do_iall_gather(send, recv, block_bytes)->wait();
     int n = as_int(int64_t(block_bytes), "all_gather");
     WatchedWait w("all_gather", bytes_text(n, " per rank"), next_site());
     MPI_Allgather(send, n, MPI_BYTE, recv, n, MPI_BYTE, comm_);
   }
   void do_all_to_allv(const void* send, void* recv, const A2ALayout& l, size_t elem_bytes) override {
-    if (polite_waits()) return do_iall_to_allv(send, recv, l, elem_bytes)->wait();
+    if (polite_for(bytes_out(l, elem_bytes))) return do_iall_to_allv(send, recv, l, elem_bytes)->wait();
     MpiRequest r("all_to_allv", "", false);
     fill_counts(r, l);
     ElemType t(elem_bytes);
@@ -580,14 +582,16 @@ class MpiComm : public Communicator {
   }
   CommRequestPtr do_iall_gather(const void* send, void* recv, size_t block_bytes) override {
     int n = as_int(int64_t(block_bytes), "iall_gather");
-    auto r = std::make_unique<MpiRequest>("all_gather wait", bytes_text(n, " per rank"), polite_waits(),
+    auto r = std::make_unique<MpiRequest>("all_gather wait", bytes_text(n, " per rank"),
+                                          polite_for(block_bytes * size_t(size_ - 1)),
                                           next_site());
     MPI_Iallgather(send, n, MPI_BYTE, recv, n, MPI_BYTE, comm_, r->handle());
     return r;
   }
   CommRequestPtr do_iall_to_allv(const void* send, void* recv, const A2ALayout& l,
                                  size_t elem_bytes) override {
-    auto r = std::make_unique<MpiRequest>("all_to_allv wait", a2a_text(l, elem_bytes), polite_waits(),
+    auto r = std::make_unique<MpiRequest>("all_to_allv wait", a2a_text(l, elem_bytes),
+                                          polite_for(bytes_out(l, elem_bytes)),
                                           next_site());
     fill_counts(*r, l);
     ElemType t(elem_bytes);
@@ -599,6 +603,13 @@ class MpiComm : public Communicator {
  private:
   // The next collective on this communicator (issued now).
   CollectiveSite next_site() { return CollectiveSite{track_->id, ++track_->issued}; }
+  // Bytes this rank sends to the other ranks.
+  size_t bytes_out(const A2ALayout& l, size_t elem_bytes) const {
+    int64_t out = 0;
+    for (size_t j = 0; j < l.send_counts.size(); ++j)
+      if (int(j) != rank_) out += l.send_counts[j];
+    return size_t(out) * elem_bytes;
+  }
   // "N B out, M B in" of this rank.
   static std::string a2a_text(const A2ALayout& l, size_t elem_bytes) {
     int64_t out = 0, in = 0;

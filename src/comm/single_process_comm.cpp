@@ -47,12 +47,12 @@ class SingleProcessComm : public Communicator {
 
   std::unique_ptr<Communicator> split(int color, int) override {
     if (color < 0) fail("[split] color must be >= 0, got ", color);
-    return std::make_unique<SingleProcessComm>(shared_counters());
+    return copy();
   }
 
   std::unique_ptr<Communicator> split_by_host(int) override {
     ranks_per_host_override();  // a bad value is an error here too
-    return std::make_unique<SingleProcessComm>(shared_counters());
+    return copy();
   }
 
   [[noreturn]] void abort(const std::string& msg) override {
@@ -83,6 +83,13 @@ class SingleProcessComm : public Communicator {
   }
 
  private:
+  // A new communicator sharing the counters, with this one's wait settings (as MPI's split).
+  std::unique_ptr<Communicator> copy() {
+    auto out = std::make_unique<SingleProcessComm>(shared_counters());
+    out->set_polite_waits(polite_waits());
+    out->set_polite_waits_from(polite_waits_from());
+    return out;
+  }
   static void check_root(int root, const char* op) {
     if (root != 0) fail("[", op, "] root ", root, " is not a rank of a single-process communicator");
   }

@@ -18,22 +18,9 @@
 namespace moe::testing {
 namespace {
 
-// Sets MOE_RANKS_PER_HOST for the scope (empty: unset), restores it after.
-class HostsEnv {
- public:
-  explicit HostsEnv(const std::string& v) {
-    if (const char* old = std::getenv("MOE_RANKS_PER_HOST")) old_ = old, had_ = true;
-    if (v.empty()) unsetenv("MOE_RANKS_PER_HOST");
-    else setenv("MOE_RANKS_PER_HOST", v.c_str(), 1);
-  }
-  ~HostsEnv() {
-    if (had_) setenv("MOE_RANKS_PER_HOST", old_.c_str(), 1);
-    else unsetenv("MOE_RANKS_PER_HOST");
-  }
-
- private:
-  std::string old_;
-  bool had_ = false;
+// MOE_RANKS_PER_HOST for the scope (empty: unset).
+struct HostsEnv : ScopedEnv {
+  explicit HostsEnv(const std::string& v) : ScopedEnv("MOE_RANKS_PER_HOST", v) {}
 };
 
 // A random ragged exchange, the same on every rank: counts [P, P] in

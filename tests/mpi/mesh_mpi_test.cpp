@@ -3,8 +3,15 @@
 // runs on every factorization of the world size into (data, fsdp, expert).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <string>
+#include <thread>
+#include <vector>
+
 #include "comm/ep_plan.h"
 #include "comm/gather_plan.h"
+#include "comm/machines.h"
+#include "moe/error.h"
 #include "moe/mesh.h"
 #include "mpi_env.h"
 
@@ -44,6 +51,67 @@ TEST(MpiMesh, SubCommunicatorsFollowCoordinateOrder) {
         EXPECT_EQ(members[size_t(t)], member_rank(mesh, axes, t)) << "mesh " << s.data << "x" << s.fsdp << "x"
                                                                   << s.expert << " axes " << axes.size();
     }
+  }
+}
+
+// The wait policy for large transfers (Communicator::set_polite_waits_from): the groups that cross
+// hosts get the threshold, the groups inside one host and the rank alone do not. Hosts from
+// MOE_RANKS_PER_HOST; the threshold forced with MOE_POLITE_FROM_BYTES (whatever this machine's cores).
+TEST(MpiMesh, GroupsAcrossHostsWaitPolitelyForLargeTransfers) {
+  Communicator& w = world();
+  ScopedEnv from("MOE_POLITE_FROM_BYTES", "12345");
+  for (int per_host : {1, 2}) {
+    if (w.size() % per_host) continue;
+    ScopedEnv hosts("MOE_RANKS_PER_HOST", std::to_string(per_host));
+    for (MeshShape s : factorizations(w.size())) {
+      Mesh mesh(w, s);
+      for (const auto& axes : kAxisLists) {
+        Communicator& c = mesh.comm(axes);
+        // Members' world ranks: the group crosses hosts where two differ in rank / per_host.
+        bool across = false;
+        for (int t = 1; t < c.size(); ++t)
+          across = across || member_rank(mesh, axes, t) / per_host != member_rank(mesh, axes, 0) / per_host;
+        EXPECT_EQ(c.polite_waits_from(), across ? 12345u : 0u)
+            << "mesh " << s.data << "x" << s.fsdp << "x" << s.expert << " axes " << axes.size() << " per host "
+            << per_host;
+        // Same results either way: an all-gather above the threshold, waited for politely.
+        std::vector<float> mine(4000, float(w.rank())), all(mine.size() * size_t(c.size()));
+        c.all_gather(mine.data(), all.data(), mine.size() * sizeof(float));
+        for (int t = 0; t < c.size(); ++t)
+          EXPECT_EQ(all[size_t(t) * mine.size() + 17], float(member_rank(mesh, axes, t)));
+      }
+    }
+  }
+  {  // MPI's own hosts: one under plain mpirun, one per rank or pair of ranks in the cluster tests.
+    ScopedEnv hosts("MOE_RANKS_PER_HOST", "");
+    Mesh mesh(w, MeshShape{1, 1, w.size()});
+    const bool across = w.split_by_host(w.rank())->size() < w.size();
+    EXPECT_EQ(mesh.comm({"expert"}).polite_waits_from(), across ? 12345u : 0u);
+  }
+  {  // Off.
+    ScopedEnv hosts("MOE_RANKS_PER_HOST", "1"), off("MOE_POLITE_FROM_BYTES", "0");
+    Mesh mesh(w, MeshShape{1, 1, w.size()});
+    EXPECT_EQ(mesh.comm({"expert"}).polite_waits_from(), 0u);
+  }
+}
+
+// Without the override the threshold follows the machine: every rank of this test is on one
+// machine (one boot id), so with one rank per host it applies exactly when the ranks fill its cores.
+TEST(MpiMesh, PoliteThresholdFollowsRanksAgainstCores) {
+  Communicator& w = world();
+  ScopedEnv hosts("MOE_RANKS_PER_HOST", "1"), from("MOE_POLITE_FROM_BYTES", "");
+  const bool full = unsigned(w.size()) >= std::max(1u, std::thread::hardware_concurrency());
+  EXPECT_EQ(shared_core_polite_bytes(w), full ? kSharedCorePoliteBytes : 0u);
+}
+
+TEST(MpiMesh, BadPoliteThresholdNamesTheVariable) {
+  ScopedEnv from("MOE_POLITE_FROM_BYTES", "2MiB");
+  try {
+    shared_core_polite_bytes(world());
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("MOE_POLITE_FROM_BYTES"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("2MiB"), std::string::npos) << e.what();
   }
 }
 

@@ -3,6 +3,9 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdlib>
+#include <string>
+#include <utility>
 
 #include "moe/comm.h"
 #include "moe/config.h"
@@ -10,6 +13,27 @@
 namespace moe::testing {
 
 Communicator& world();
+
+// Sets environment variable `name` for the scope (empty: unset), restores it after. Set alike on
+// every rank where the code under test decides collectively.
+class ScopedEnv {
+ public:
+  ScopedEnv(std::string name, const std::string& v) : name_(std::move(name)) {
+    if (const char* old = std::getenv(name_.c_str())) old_ = old, had_ = true;
+    if (v.empty()) unsetenv(name_.c_str());
+    else setenv(name_.c_str(), v.c_str(), 1);
+  }
+  ~ScopedEnv() {
+    if (had_) setenv(name_.c_str(), old_.c_str(), 1);
+    else unsetenv(name_.c_str());
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  std::string name_, old_;
+  bool had_ = false;
+};
 
 // A float that depends only on (rank, index, salt): the same on every rank
 // that computes it, varied in magnitude so sums are order-sensitive.

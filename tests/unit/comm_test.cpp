@@ -5,6 +5,7 @@
 #include <cstring>
 #include <numeric>
 
+#include "comm/machines.h"
 #include "moe/comm.h"
 #include "moe/comm_tensor.h"
 
@@ -72,6 +73,25 @@ TEST(SingleProcessComm, NonBlockingCompleteOnWait) {
 
 // Size-1 collectives count (like MaxText's HLO op counts), sub-communicators
 // report into the parent's counters, and setup traffic does not count.
+// Which collectives wait politely: all with set_polite_waits(true); with a threshold, those sending
+// that many bytes to the other ranks or more. Inherited by split(); the single process never
+// communicates (and never finds several hosts).
+TEST(SingleProcessComm, PoliteWaitsFromAThreshold) {
+  auto c = make_single_process_comm();
+  EXPECT_FALSE(c->polite_for(size_t(1) << 30));
+  c->set_polite_waits_from(4096);
+  EXPECT_EQ(c->polite_waits_from(), 4096u);
+  EXPECT_FALSE(c->polite_for(4095));
+  EXPECT_TRUE(c->polite_for(4096));
+  EXPECT_EQ(c->split(0, 0)->polite_waits_from(), 4096u);
+  c->set_polite_waits_from(0);
+  EXPECT_FALSE(c->polite_for(size_t(1) << 30));
+  c->set_polite_waits(true);
+  EXPECT_TRUE(c->polite_for(0));
+  EXPECT_EQ(shared_core_polite_bytes(*c), 0u);
+  EXPECT_FALSE(spans_hosts(*c));
+}
+
 TEST(CommCounters, CountEveryCollectiveIncludingSizeOne) {
   auto c = make_single_process_comm();
   std::vector<float> buf(8, 1.0f), out(8);

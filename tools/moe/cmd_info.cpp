@@ -42,9 +42,10 @@ namespace {
 using Json = nlohmann::ordered_json;
 
 // The environment variables the engine reads (docs: README "Environment").
-constexpr const char* kEnvVars[] = {"MOE_GEMM_ISA",        "MOE_NUM_THREADS", "ONEDNN_MAX_CPU_ISA",
-                                    "MOE_ALLOC_CACHE_MIB", "MOE_POLL_US",     "MOE_SIDE_ENGINE_RT",
-                                    "MOE_COLLECTIVE_TIMEOUT_S"};
+constexpr const char* kEnvVars[] = {"MOE_GEMM_ISA",          "MOE_NUM_THREADS",          "ONEDNN_MAX_CPU_ISA",
+                                    "MOE_ALLOC_CACHE_MIB",   "MOE_POLL_US",              "MOE_SIDE_ENGINE_RT",
+                                    "MOE_POLITE_FROM_BYTES", "MOE_COLLECTIVE_TIMEOUT_S", "MOE_COLLECTIVE_LIVENESS_S",
+                                    "MOE_RANKS_PER_HOST"};
 
 // {"compiled_in", "library": MPI_Get_library_version (callable before MPI_Init)}.
 Json mpi_json() {
