@@ -196,7 +196,7 @@ class Communicator {
   // Polite waits for large transfers only: a blocking collective that sends at least `bytes` out
   // of this rank to the others waits as set_polite_waits(true) makes it; smaller ones keep MPI's
   // wait. 0 (the default): off. Inherited by split() and split_by_host(). Mesh sets it on its
-  // groups that span hosts when a machine runs as many ranks as it has cores or more: there the
+  // groups that span hosts when a machine runs more ranks than it has cores: there the
   // kernel's TCP work shares the cores with the waiting ranks (docs/distributed.md, "Waiting
   // on shared cores").
   void set_polite_waits_from(size_t bytes) { polite_from_ = bytes; }

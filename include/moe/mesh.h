@@ -64,7 +64,7 @@ class Mesh {
   // sub-communicator per ordered list of distinct axes (16 splits, including
   // the empty list = this rank alone), and the expert axis's host map (a host
   // split, a broadcast, a gatherv; uncounted). Where the ranks span hosts and
-  // a machine has as many of them as cores, the groups across hosts wait
+  // a machine has more of them than cores, the groups across hosts wait
   // politely for large transfers (Communicator::set_polite_waits_from; a
   // gatherv, a broadcast and host splits over the world and each group,
   // uncounted).

@@ -68,7 +68,7 @@ size_t shared_core_polite_bytes(Communicator& comm) {
     cores = std::max(cores, r.cores);
   }
   bool shared = false;
-  for (const auto& [id, m] : machines) shared = shared || m.first >= m.second;
+  for (const auto& [id, m] : machines) shared = shared || m.first > m.second;
   uint64_t from = 0;
   if (spans_hosts(comm)) from = env >= 0 ? uint64_t(env) : shared ? kSharedCorePoliteBytes : 0;
   comm.broadcast(&from, sizeof from, 0);  // rank 0's environment decides for all

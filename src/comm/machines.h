@@ -14,7 +14,7 @@
 namespace moe {
 
 // Blocking collectives sending this many bytes or more wait politely in a group that spans hosts,
-// when a machine runs as many ranks as it has cores or more.
+// when a machine runs more ranks than it has cores.
 inline constexpr size_t kSharedCorePoliteBytes = size_t(2) << 20;
 
 // This machine: a hash of the kernel's boot id, else host_id().
@@ -22,7 +22,7 @@ uint64_t machine_id();
 
 // Collective over `comm` (uncounted: a gatherv to rank 0, a broadcast, a host split): the threshold for
 // set_polite_waits_from on its groups that span hosts. kSharedCorePoliteBytes when its ranks sit on
-// more than one host and some machine has as many of them as cores or more, else 0.
+// more than one host and some machine has more of them than cores, else 0.
 // MOE_POLITE_FROM_BYTES=N (rank 0's) overrides: N bytes whenever the ranks span hosts, 0 never.
 // The single-process communicator: 0, without communicating.
 size_t shared_core_polite_bytes(Communicator& comm);

@@ -131,8 +131,9 @@ Mesh::Mesh(Communicator& world, MeshShape shape) : world_(world), shape_(shape) 
     for (MeshAxis a : axes) (a == MeshAxis::data ? rest.data : a == MeshAxis::fsdp ? rest.fsdp : rest.expert) = 0;
     subs_[axes_key(axes)] = world.split(shape_.rank_of(rest), index_along(shape_, coords_, axes));
   }
-  // Groups across hosts, where a machine's cores are all taken by ranks, wait politely for large transfers (the
-  // hierarchical all-to-all's lanes inherit it from the expert group, its host groups do not).
+  // Groups across hosts, where a machine runs more ranks than cores, wait politely for large
+  // transfers (the hierarchical all-to-all's lanes inherit it from the expert group, its host
+  // groups do not).
   if (const size_t from = shared_core_polite_bytes(world); from > 0)
     for (const auto& axes : lists) {
       Communicator& c = *subs_[axes_key(axes)];

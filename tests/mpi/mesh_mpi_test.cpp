@@ -96,12 +96,13 @@ TEST(MpiMesh, GroupsAcrossHostsWaitPolitelyForLargeTransfers) {
 }
 
 // Without the override the threshold follows the machine: every rank of this test is on one
-// machine (one boot id), so with one rank per host it applies exactly when the ranks fill its cores.
+// machine (one boot id), so with one rank per host it applies exactly when the ranks outnumber its
+// cores.
 TEST(MpiMesh, PoliteThresholdFollowsRanksAgainstCores) {
   Communicator& w = world();
   ScopedEnv hosts("MOE_RANKS_PER_HOST", "1"), from("MOE_POLITE_FROM_BYTES", "");
-  const bool full = unsigned(w.size()) >= std::max(1u, std::thread::hardware_concurrency());
-  EXPECT_EQ(shared_core_polite_bytes(w), full ? kSharedCorePoliteBytes : 0u);
+  const bool over = unsigned(w.size()) > std::max(1u, std::thread::hardware_concurrency());
+  EXPECT_EQ(shared_core_polite_bytes(w), over ? kSharedCorePoliteBytes : 0u);
 }
 
 TEST(MpiMesh, BadPoliteThresholdNamesTheVariable) {
