@@ -47,10 +47,16 @@ long long polite_from_env() {
 
 }  // namespace
 
-uint64_t machine_id() {
-  std::string id;
+std::string boot_id() {
   std::ifstream f("/proc/sys/kernel/random/boot_id");
-  if (!(f >> id) || id.empty()) {
+  std::string id;
+  std::getline(f, id);
+  return id;
+}
+
+uint64_t machine_id() {
+  std::string id = boot_id();
+  if (id.empty()) {
     char host[256] = {};
     if (gethostname(host, sizeof host - 1) == 0) id = host;
   }

@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "moe/comm.h"
 
@@ -17,7 +18,10 @@ namespace moe {
 // when a machine runs more ranks than it has cores.
 inline constexpr size_t kSharedCorePoliteBytes = size_t(2) << 20;
 
-// This machine: a hash of the kernel's boot id, else host_id().
+// This machine's boot id (the same in every network namespace of it, different on another
+// machine), "" where it cannot be read.
+std::string boot_id();
+// This machine: a hash of boot_id(), else of the host name.
 uint64_t machine_id();
 
 // Collective over `comm` (uncounted: a gatherv to rank 0, a broadcast, a host split): the threshold for

@@ -5,7 +5,6 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <functional>
 #include <map>
 #include <memory>
@@ -15,6 +14,7 @@
 #include "bench/dist_bench.h"
 #include "bench/engine_bytes.h"
 #include "bench/timing.h"
+#include "comm/machines.h"
 #include "moe/dist_layer.h"
 #include "moe/isa.h"
 #include "moe/mesh.h"
@@ -410,15 +410,6 @@ Contention contention_probe(const CalibrateOptions& o, Communicator& world, int 
           " with E/W experts); a chunk's all-to-all after compute of" + curve + b);
   }
   return ct;
-}
-
-// This machine's boot id (the same in every network namespace of it, different on another
-// machine), "" where it cannot be read.
-std::string boot_id() {
-  std::ifstream f("/proc/sys/kernel/random/boot_id");
-  std::string id;
-  std::getline(f, id);
-  return id;
 }
 
 // Between hosts (every rank on a host of its own), the network stack's CPU per byte from the large
