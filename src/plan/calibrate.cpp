@@ -482,68 +482,111 @@ Rates calibrate(const CalibrateOptions& o, Communicator& world) {
   r.isa = isa_name(active_isa());
   r.pool_threads = full;
   r.memcpy_gbps = memcpy_gbps();
-  // The speed probe around the kernel rates (Rates::probe_ms): a measurement that runs it too is
-  // predicted at the speed the machine had then (the cores change speed for minutes at a time).
-  const int probe_iters = std::max(2 * o.iters, 5);
+  // The speed probe around every timing (Rates::probe_ms): the cores change speed for seconds to
+  // minutes at a time (one timing of a small shape 1.4x slower than the next, 2026-12-06), so each
+  // timing is scaled to the median of all the probes, by the mean of the probe just before it and
+  // the one just after; a measurement that runs the same probe is then predicted at the speed the
+  // machine had during it.
+  const int probe_iters = std::max(o.iters, 3);
   bench::SpeedProbe probe(world.rank());
-  const double probe_before = probe.run_ms(world, probe_iters);
+  std::vector<double> probes{probe.run_ms(world, probe_iters)};
+  struct Timed {  // one timing and the probes on either side of it (indices into `probes`)
+    StepTimes t;
+    size_t before = 0;
+  };
+  auto timed = [&](const LayerShape& L) {
+    Timed x;
+    x.before = probes.size() - 1;
+    x.t = time_layer(L, o.iters);
+    probes.push_back(probe.run_ms(world, probe_iters));
+    return x;
+  };
+  struct Point {  // one shape at one token count: one thread three times, the full pool three times
+    LayerShape L;
+    int64_t div = 1;
+    std::vector<Timed> one, all;
+  };
+  std::vector<Point> points;
   pool.resize(1);
-  bool first = true;
-  std::map<std::string, std::vector<double>> scalar;
   for (const LayerShape& base : o.shapes)
     for (int64_t div : {16, 4, 1}) {
-      LayerShape L = base;
-      L.T = std::max<int64_t>(base.T / div, 1);
-      // One thread, three times where the pool is timed against it (alternating with the pool: the
-      // machine's phases last seconds, so one thread measured before the pool measures the phase, not
-      // the pool); the rates from the median of the three (out/v53: a dip inside one timing had
-      // moved a GEMM point by a quarter and every prediction of that round with it).
-      std::vector<StepTimes> one{time_layer(L, o.iters)};
-      std::vector<double> all;
+      Point p;
+      p.L = base;
+      p.L.T = std::max<int64_t>(base.T / div, 1);
+      p.div = div;
+      // One thread, three times where the pool is timed against it (alternating with the pool: one
+      // thread measured before the pool measures the phase, not the pool); the rates from the median
+      // of the three (out/v53: a dip inside one timing had moved a GEMM point by a quarter).
+      p.one.push_back(timed(p.L));
       if (full > 1)
         for (int k = 0; k < 3; ++k) {
           pool.resize(full);
-          all.push_back(time_layer(L, o.iters).step_s);
+          p.all.push_back(timed(p.L));
           pool.resize(1);
-          if (k < 2) one.push_back(time_layer(L, o.iters));
+          if (k < 2) p.one.push_back(timed(p.L));
         }
-      const StepTimes t = median_of(one);
-      const double R = double(L.T * L.K), D = double(L.D), F = double(L.F), E = double(L.E), T = double(L.T);
-      const double b = double(dtype_size(L.dtype)), flops = 6 * R * D * F;
-      GemmPoint g;
-      g.dtype = L.dtype, g.D = L.D, g.F = L.F, g.rows_per_expert = R / E;
-      g.ffn_gflops = flops / need(t, "ffn") / 1e9;
-      g.ffn_backward_gflops = flops / need(t, "ffn_backward") / 1e9;
-      g.weight_grads_gflops = flops / need(t, "weight_grads") / 1e9;
-      if (full > 1) {  // the whole step at the full pool against one thread, at this point (medians,
-                       // as the validation measures steps)
-        g.pool_speedup = t.step_s / median(all);
-        log("  pool of " + std::to_string(full) + " threads at T=" + std::to_string(L.T) + ": step " +
-            std::to_string(median(all) * 1e3) + " ms against " + std::to_string(t.step_s * 1e3) +
-            " ms at one thread -> speedup " + std::to_string(g.pool_speedup));
-      }
-      r.gemm.push_back(g);
-      std::string ops;
-      for (const auto& [k, v] : t.op_s) ops += " " + k + "=" + std::to_string(v * 1e3).substr(0, 6);
-      log("    per op (ms):" + ops);
-      log(std::string("  ") + dtype_name(L.dtype) + " T=" + std::to_string(L.T) +
-          " D=" + std::to_string(L.D) + " F=" + std::to_string(L.F) + " E=" + std::to_string(L.E) +
-          " K=" + std::to_string(L.K) + ": step " + std::to_string(t.step_s * 1e3) + " ms (traced ops " +
-          std::to_string(traced_s(t) * 1e3) + " ms), ffn " + std::to_string(g.ffn_gflops) + " GFLOP/s");
-      if (!first) continue;
-      // The scalar rates: the median over the first shape's three token counts (one noisy op of a
-      // loaded machine does not set a rate).
-      scalar["router"].push_back(2 * T * D * E / need(t, "router") / 1e9);
-      scalar["router_backward"].push_back(4 * T * D * E / need(t, "router_backward") / 1e9);
-      scalar["sort"].push_back(need(t, "sort") / R * 1e9);
-      scalar["permute"].push_back(2 * R * D * b / need(t, "permute") / 1e9);
-      scalar["combine"].push_back((R + T) * D * b / need(t, "combine") / 1e9);
-      scalar["combine_backward"].push_back(2 * R * D * b / need(t, "combine_backward") / 1e9);
-      scalar["permute_backward"].push_back((R * D * b + T * D * 4) / need(t, "permute_backward") / 1e9);
-      if (div != 1) continue;
-      first = false;
-      if (full > 1) r.pool_speedup = g.pool_speedup;  // the file's own: the first shape's full T
+      points.push_back(std::move(p));
     }
+  r.probe_ms = median(probes);
+  auto at_reference = [&](const Timed& x) {  // the timing at the reference probe's speed
+    const double scale = r.probe_ms / ((probes[x.before] + probes[x.before + 1]) / 2);
+    StepTimes t = x.t;
+    t.step_s *= scale;
+    for (auto& [k, v] : t.op_s) v *= scale;
+    return t;
+  };
+  {
+    std::vector<double> sorted = probes;
+    std::sort(sorted.begin(), sorted.end());
+    log("  speed probe: " + std::to_string(probes.size()) + " runs around the timings, " +
+        std::to_string(sorted.front()) + " to " + std::to_string(sorted.back()) + " ms, median " +
+        std::to_string(r.probe_ms) + " ms: every timing scaled to the median");
+  }
+  bool first = true;
+  std::map<std::string, std::vector<double>> scalar;
+  for (const Point& p : points) {
+    const LayerShape& L = p.L;
+    std::vector<StepTimes> one;
+    for (const Timed& x : p.one) one.push_back(at_reference(x));
+    std::vector<double> all;
+    for (const Timed& x : p.all) all.push_back(at_reference(x).step_s);
+    const StepTimes t = median_of(one);
+    const double R = double(L.T * L.K), D = double(L.D), F = double(L.F), E = double(L.E), T = double(L.T);
+    const double b = double(dtype_size(L.dtype)), flops = 6 * R * D * F;
+    GemmPoint g;
+    g.dtype = L.dtype, g.D = L.D, g.F = L.F, g.rows_per_expert = R / E;
+    g.ffn_gflops = flops / need(t, "ffn") / 1e9;
+    g.ffn_backward_gflops = flops / need(t, "ffn_backward") / 1e9;
+    g.weight_grads_gflops = flops / need(t, "weight_grads") / 1e9;
+    if (!all.empty()) {  // the whole step at the full pool against one thread, at this point (medians,
+                         // as the validation measures steps)
+      g.pool_speedup = t.step_s / median(all);
+      log("  pool of " + std::to_string(full) + " threads at T=" + std::to_string(L.T) + ": step " +
+          std::to_string(median(all) * 1e3) + " ms against " + std::to_string(t.step_s * 1e3) +
+          " ms at one thread -> speedup " + std::to_string(g.pool_speedup));
+    }
+    r.gemm.push_back(g);
+    std::string ops;
+    for (const auto& [k, v] : t.op_s) ops += " " + k + "=" + std::to_string(v * 1e3).substr(0, 6);
+    log("    per op (ms):" + ops);
+    log(std::string("  ") + dtype_name(L.dtype) + " T=" + std::to_string(L.T) + " D=" + std::to_string(L.D) +
+        " F=" + std::to_string(L.F) + " E=" + std::to_string(L.E) + " K=" + std::to_string(L.K) + ": step " +
+        std::to_string(t.step_s * 1e3) + " ms (traced ops " + std::to_string(traced_s(t) * 1e3) + " ms), ffn " +
+        std::to_string(g.ffn_gflops) + " GFLOP/s");
+    if (!first) continue;
+    // The scalar rates: the median over the first shape's three token counts (one noisy op of a
+    // loaded machine does not set a rate).
+    scalar["router"].push_back(2 * T * D * E / need(t, "router") / 1e9);
+    scalar["router_backward"].push_back(4 * T * D * E / need(t, "router_backward") / 1e9);
+    scalar["sort"].push_back(need(t, "sort") / R * 1e9);
+    scalar["permute"].push_back(2 * R * D * b / need(t, "permute") / 1e9);
+    scalar["combine"].push_back((R + T) * D * b / need(t, "combine") / 1e9);
+    scalar["combine_backward"].push_back(2 * R * D * b / need(t, "combine_backward") / 1e9);
+    scalar["permute_backward"].push_back((R * D * b + T * D * 4) / need(t, "permute_backward") / 1e9);
+    if (p.div != 1) continue;
+    first = false;
+    if (full > 1) r.pool_speedup = g.pool_speedup;  // the file's own: the first shape's full T
+  }
   r.router_gflops = median(scalar["router"]);
   r.router_backward_gflops = median(scalar["router_backward"]);
   r.sort_ns_per_row = median(scalar["sort"]);
@@ -551,10 +594,6 @@ Rates calibrate(const CalibrateOptions& o, Communicator& world) {
   r.combine_gbps = median(scalar["combine"]);
   r.combine_backward_gbps = median(scalar["combine_backward"]);
   r.permute_backward_gbps = median(scalar["permute_backward"]);
-  const double probe_after = probe.run_ms(world, probe_iters);
-  r.probe_ms = (probe_before + probe_after) / 2;
-  log("  speed probe: " + std::to_string(probe_before) + " ms before the rates, " +
-      std::to_string(probe_after) + " ms after");
   pool.resize(full);
   r.side_op_overhead_us = side_handoff_us();
   intra_link(r, world);
