@@ -5,7 +5,7 @@
 # bandwidth for one stream per pair of hosts with both ranks of each host streaming (`moe bench
 # --dist --probe-pattern pairs`, -np 4 --map-by node: inter_bw; rounds measured before it: the
 # one-rank-per-host calibration's β), the NIC's bandwidth for the all-to-all
-# with the run's placement (a 4 MB all-to-all of the 4 ranks, `moe bench --dist --probe-mb 4`:
+# with the run's placement (4 MB per rank all-to-all of the 4 ranks in A2A_CALLS calls, `moe bench --dist --probe-mb 4`:
 # each rank sends to both ranks of the other host at once; solved for β_inter with the model's flat
 # all-to-all formula, the intra-host part at the rates file's shared memory: inter_a2a_bw),
 # the contention of the run's own placement (2 ranks on each host's one core, peers across the
@@ -54,6 +54,12 @@ W=/run/moe-cluster/plan/mpirun
 # the kernel instead of waiting for rendezvous round trips between polls (docs/offload.md).
 ITEM5=(-x MOE_SIDE_ENGINE_RT=1 --mca btl_tcp_eager_limit 1048576 --mca btl_tcp_max_send_size 1048576
        --mca btl_tcp_sndbuf 4194304 --mca btl_tcp_rcvbuf 4194304)
+# The all-to-all probes (nic_*): 4 MB per rank in A2A_CALLS calls, 256 KiB to each of the 4 ranks
+# per call, the size of the steps' own messages (ep4: about 270 KB, its chunks 67 KB): one call of
+# 1 MiB to each takes MPI's rendezvous path, which the steps' messages do not, and moved 228-231
+# Mbit/s per rank at 4 hosts x 1 rank and 1gbit against 288-289 in 4 calls (2026-12-06). Rounds
+# from before that: A2A_CALLS=1 with SKIP_MEASURED=1 solves their probes as measured.
+A2A_CALLS=${A2A_CALLS:-4}
 link_args() { [[ $1 == unshaped ]] || echo "--link $1"; }
 # A link probe's time in seconds from its printed line (FILE, `moe bench --dist --probe-mb`): the
 # faster of its two passes' medians (LINK_PASS=spinning: the first); "-" when FILE is missing.
@@ -100,7 +106,7 @@ if ((RPH == 1)); then
         # 3 other hosts: inter_a2a_bw).
         $W -np 2 --map-by node "${ITEM5[@]}" "$MOE" plan --calibrate --rates "$PWD/$OUT/rates.json" \
           --out "$PWD/$OUT/link_$tag.json"
-        $W -np "$HOSTS" --map-by node "${ITEM5[@]}" "$MOE" bench --dist --probe-mb 4 --probe-calls 1 --iters 7 |
+        $W -np "$HOSTS" --map-by node "${ITEM5[@]}" "$MOE" bench --dist --probe-mb 4 --probe-calls "$A2A_CALLS" --iters 7 |
           tee "$OUT/nic_$tag.txt"
         $W -np "$HOSTS" --map-by node "${ITEM5[@]}" "$MOE" bench --dist --probe-mb 4 --probe-pattern pairs \
           --probe-calls 1 --iters 7 | tee "$OUT/pairs_$tag.txt"
@@ -120,12 +126,12 @@ if ((RPH == 1)); then
       # The probes' median times t with the pair's α: the all-to-all, P ranks one per host,
       # t = (P-1)·α + n(P-1)/P/β, n = 4 MB; the pairs' all-gather, t = α + n/β.
       read -r pair lat a2a < <(python3 - "$OUT/link_$tag.json" "$HOSTS" "$(probe_s "$OUT/nic_$tag.txt")" \
-        "$(probe_s "$OUT/pairs_$tag.txt")" <<'PY'
+        "$(probe_s "$OUT/pairs_$tag.txt")" "$A2A_CALLS" <<'PY'
 import json, sys
 i = json.load(open(sys.argv[1]))["intra"]
-P, t, tp = int(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
+P, t, tp, C = int(sys.argv[2]), float(sys.argv[3]), sys.argv[4], int(sys.argv[5])
 n, a = 4e6, i["lat_us"] * 1e-6
-a2a = n * (P - 1) / P / max(t - (P - 1) * a, 0.5 * t) / 1e9
+a2a = n * (P - 1) / P / max(t - C * (P - 1) * a, 0.5 * t) / 1e9
 # Rounds measured before the pairs probe existed: the all-to-all's bandwidth for both.
 pair = a2a if tp == "-" else n / max(float(tp) - a, 0.5 * float(tp)) / 1e9
 print(pair, i["lat_us"], a2a)
@@ -149,7 +155,7 @@ if ((RPH == 2)); then for rate in "$@"; do
   echo "load ($rate): $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$OUT/load.txt"
   $W -np 2 --map-by node "$MOE" plan --calibrate --rates "$PWD/$OUT/rates.json" --out "$PWD/$OUT/link_$rate.json"
   $W -np 4 "$MOE" plan --calibrate --rates "$PWD/$OUT/rates.json" --out "$PWD/$OUT/rates_cluster_$rate.json"
-  $W -np 4 "$MOE" bench --dist --probe-mb 4 --probe-calls 1 --iters 7 | tee "$OUT/nic_$rate.txt"
+  $W -np 4 "$MOE" bench --dist --probe-mb 4 --probe-calls "$A2A_CALLS" --iters 7 | tee "$OUT/nic_$rate.txt"
   # Pairs across the link with both ranks of each host streaming at once (--map-by node: ranks 2i
   # and 2i+1 on different hosts), as an FSDP pair's gathers and reductions run in the step.
   $W -np 4 --map-by node "$MOE" bench --dist --probe-mb 4 --probe-pattern pairs --probe-calls 1 --iters 7 |
@@ -163,17 +169,17 @@ if ((RPH == 2)); then for rate in "$@"; do
   fi
   [[ -f $OUT/m_cluster_$rate.json ]] || continue
   # β_inter of one host's NIC from the probe's median t (P=4 ranks, p=2 per host, n=4 MB per rank):
-  #   t = (p-1)·α_intra + (P-p)·α_inter + n(p-1)/P/β_intra + p·n(P-p)/P/β_inter
+  #   t = C·((p-1)·α_intra + (P-p)·α_inter) + n(p-1)/P/β_intra + p·n(P-p)/P/β_inter, C = A2A_CALLS
   # with β_intra at half a core per rank (the model's scaling of shared-memory copies).
   read -r bw lat pair_bw < <(python3 - "$OUT/link_$rate.json" "$OUT/rates.json" "$(probe_s "$OUT/nic_$rate.txt")" \
-    "$(probe_s "$OUT/pairs_$rate.txt")" <<'PY'
+    "$(probe_s "$OUT/pairs_$rate.txt")" "$A2A_CALLS" <<'PY'
 import json, sys
 i = json.load(open(sys.argv[1]))["intra"]
 r = json.load(open(sys.argv[2]))["intra"]
-t, tp = float(sys.argv[3]), sys.argv[4]
+t, tp, C = float(sys.argv[3]), sys.argv[4], int(sys.argv[5])
 P, p, n = 4, 2, 4e6
 a_intra, a_inter, b_intra = r["lat_us"] * 1e-6, i["lat_us"] * 1e-6, r["bw_gbps"] * 1e9 * 0.5
-rest = t - (p - 1) * a_intra - (P - p) * a_inter - n * (p - 1) / P / b_intra
+rest = t - C * ((p - 1) * a_intra + (P - p) * a_inter) - n * (p - 1) / P / b_intra
 # The NIC for pairwise traffic: both ranks of a host each move n in t = α_inter + n/β_rank; rounds
 # measured before the pairs probe: the one-rank-per-host calibration's.
 pair = i["bw_gbps"] if tp == "-" else p * n / max(float(tp) - a_inter, 0.5 * float(tp)) / 1e9
