@@ -5,7 +5,7 @@
 # bandwidth for one stream per pair of hosts with both ranks of each host streaming (`moe bench
 # --dist --probe-pattern pairs`, -np 4 --map-by node: inter_bw; rounds measured before it: the
 # one-rank-per-host calibration's β), the NIC's bandwidth for the all-to-all
-# with the run's placement (4 MB per rank all-to-all of the 4 ranks in A2A_CALLS calls, `moe bench --dist --probe-mb 4`:
+# with the run's placement (4 MB per rank in A2A_CALLS all-to-alls of the 4 ranks, `moe bench --dist --probe-mb 4`:
 # each rank sends to both ranks of the other host at once; solved for β_inter with the model's flat
 # all-to-all formula, the intra-host part at the rates file's shared memory: inter_a2a_bw),
 # the contention of the run's own placement (2 ranks on each host's one core, peers across the
@@ -124,7 +124,7 @@ if ((RPH == 1)); then
       predict "$tag" 1 "$bw" "$lat"
     else
       # The probes' median times t with the pair's α: the all-to-all, P ranks one per host,
-      # t = (P-1)·α + n(P-1)/P/β, n = 4 MB; the pairs' all-gather, t = α + n/β.
+      # t = C·(P-1)·α + n(P-1)/P/β, n = 4 MB in C = A2A_CALLS calls; the pairs' all-gather, t = α + n/β.
       read -r pair lat a2a < <(python3 - "$OUT/link_$tag.json" "$HOSTS" "$(probe_s "$OUT/nic_$tag.txt")" \
         "$(probe_s "$OUT/pairs_$tag.txt")" "$A2A_CALLS" <<'PY'
 import json, sys
