@@ -4,6 +4,7 @@
 #include <cmath>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -389,6 +390,49 @@ Contention contention_probe(const CalibrateOptions& o, Communicator& world, int 
   work4_alone = median(alone4);
   const double frac = median(overlap) > 1e-4 ? (median(stretched) - work4_alone) / median(overlap) : 0.0;
   ct.side_cpu_frac = std::clamp(mean_over_ranks(std::clamp(frac, 0.0, 1.0)), 0.0, 1.0);
+  // The compute's stretch while its worker waits for peers that have not arrived, as in the step
+  // (an op submitted ahead of the compute that produces a peer's part): in every other iteration
+  // each rank's worker enters a small polled all-to-all before four forwards, except one rank (in
+  // turn) whose worker enters it after them; the waiting ranks' extra time of the forwards over
+  // the iterations with nothing in flight, per second of overlap with the wait, is side_wait_frac
+  // (the mean over ranks of each rank's median). The workers run with the run's scheduling policy
+  // (MOE_SIDE_ENGINE_RT): a real-time worker preempts the compute at each poll.
+  if (W > 1) {
+    const char* rt = std::getenv("MOE_SIDE_ENGINE_RT");
+    SideEngine waiter(1, rt && std::string(rt) == "1");
+    bench::EngineBytes tiny_s(size_t(W), 1), tiny_r(size_t(W), 0);
+    const A2ALayout one = A2ALayout::uniform(W, 1);
+    std::vector<double> alone, waited, wait_ov;
+    const int pairs = std::max(iters, 2) + 2 * W;
+    for (int i = 0; i < 2 * pairs; ++i) {
+      const bool with = i % 2 == 1, late = (i / 2) % W == world.rank();
+      world.barrier();
+      double ts0 = 0, ts1 = 0;
+      auto enter = [&] {
+        return waiter.submit("wait probe", [&] {
+          ts0 = bench::now_ms();
+          polite->all_to_allv(tiny_s.data(), tiny_r.data(), one, 1);
+          ts1 = bench::now_ms();
+        });
+      };
+      Event e;
+      if (with && !late) e = enter();
+      const double w0 = bench::now_ms();
+      work(4);
+      const double w1 = bench::now_ms();
+      if (with && late) e = enter();
+      if (with) e.wait();
+      if (i < 2) continue;  // the first pair warms up
+      if (!with)
+        alone.push_back((w1 - w0) * 1e-3);
+      else if (!late)
+        waited.push_back((w1 - w0) * 1e-3),
+            wait_ov.push_back(std::max(0.0, std::min(w1, ts1) - std::max(w0, ts0)) * 1e-3);
+    }
+    const double wf =
+        !waited.empty() && median(wait_ov) > 1e-4 ? (median(waited) - median(alone)) / median(wait_ov) : 0.0;
+    ct.side_wait_frac = std::clamp(mean_over_ranks(std::clamp(wf, 0.0, 3.0)), 0.0, 3.0);
+  }
   char ag_text[256];
   if (ct.ag_bw_Bps > 0)
     std::snprintf(ag_text, sizeof ag_text,
@@ -398,13 +442,14 @@ Contention contention_probe(const CalibrateOptions& o, Communicator& world, int 
   else
     std::snprintf(ag_text, sizeof ag_text, "all-gather inside a host not measured (%d rank(s) on this one)", H);
   if (o.log && world.rank() == 0) {
-    char b[768];
+    char b[1024];
     std::snprintf(
         b, sizeof b,
         "; side engine's all-to-all of %lld B per peer: %.3f ms idle, %.3f ms busy -> side_busy %.1f us; "
-        "four forwards %.3f ms alone, %.3f ms beside %d of them -> side_cpu_frac %.3f; %s",
+        "four forwards %.3f ms alone, %.3f ms beside %d of them -> side_cpu_frac %.3f; beside a worker "
+        "waiting for a late peer -> side_wait_frac %.3f; %s",
         (long long)block, side_s[0] * 1e3, side_s[1] * 1e3, ct.side_busy_s * 1e6, work4_alone * 1e3,
-        median(stretched) * 1e3, reps, ct.side_cpu_frac, ag_text);
+        median(stretched) * 1e3, reps, ct.side_cpu_frac, ct.side_wait_frac, ag_text);
     o.log("  contention at " + std::to_string(ct.ranks_per_core).substr(0, 4) + " ranks per core: slowdown " +
           std::to_string(ct.compute_slowdown).substr(0, 5) + " (" + std::to_string(ct.small_compute_slowdown).substr(0, 5) +
           " with E/W experts); a chunk's all-to-all after compute of" + curve + b);

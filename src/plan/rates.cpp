@@ -91,6 +91,10 @@ double Rates::side_cpu_frac_at(double rpc) const {
   return over_rows(contention, rpc, [](const Contention& row) { return row.side_cpu_frac; });
 }
 
+double Rates::side_wait_frac_at(double rpc) const {
+  return over_rows(contention, rpc, [](const Contention& row) { return row.side_wait_frac; });
+}
+
 double Contention::slowdown_at(double bytes) const {
   if (bytes <= 0 || small_weight_bytes <= 0 || weight_bytes <= small_weight_bytes) return compute_slowdown;
   const double t = std::clamp(std::log(bytes / small_weight_bytes) / std::log(weight_bytes / small_weight_bytes), 0.0, 1.0);
@@ -165,6 +169,7 @@ std::string rates_json(const Rates& r) {
                           {"side_busy_us", c.side_busy_s * 1e6},
                           {"compute_slowdown", c.compute_slowdown},
                           {"side_cpu_frac", c.side_cpu_frac}};
+    if (c.side_wait_frac > 0) row["side_wait_frac"] = c.side_wait_frac;
     if (c.ag_bw_Bps > 0) row["ag_bw_gbps"] = c.ag_bw_Bps / 1e9;
     if (c.a2a_bw_Bps > 0) row["a2a_bw_gbps"] = c.a2a_bw_Bps / 1e9;
     if (c.small_weight_bytes > 0 && c.weight_bytes > 0) {
@@ -256,6 +261,8 @@ Rates parse_rates(const std::string& text, const std::string& where) {
       row.compute_slowdown = c.contains("compute_slowdown") ? positive(c, "compute_slowdown", at) : 1.0;
       row.side_cpu_frac = c.contains("side_cpu_frac") ? positive(c, "side_cpu_frac", at, true) : 0.0;
       if (row.side_cpu_frac > 1) fail(at, ": 'side_cpu_frac' must be in [0, 1], got ", row.side_cpu_frac);
+      row.side_wait_frac = c.contains("side_wait_frac") ? positive(c, "side_wait_frac", at, true) : 0.0;  // optional
+      if (row.side_wait_frac > 3) fail(at, ": 'side_wait_frac' must be in [0, 3], got ", row.side_wait_frac);
       row.ag_bw_Bps = c.contains("ag_bw_gbps") ? positive(c, "ag_bw_gbps", at) * 1e9 : 0.0;     // optional
       row.a2a_bw_Bps = c.contains("a2a_bw_gbps") ? positive(c, "a2a_bw_gbps", at) * 1e9 : 0.0;  // optional
       if (c.contains("small_weight_mb")) {  // optional: the slowdown of smaller weights

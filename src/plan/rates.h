@@ -55,6 +55,11 @@ struct Contention {
   double weight_bytes = 0, small_weight_bytes = 0, small_compute_slowdown = 1;
   double slowdown_at(double weight_bytes) const;
   double side_cpu_frac = 0;  // in [0, 1]
+  // While its worker waits in a side op whose peers have not all arrived (polling: its sleeps and
+  // MPI_Test calls; a real-time worker preempts the compute at each), the rank's compute runs
+  // side_wait_frac of that time slower: measured with the workers' scheduling policy of the run
+  // (MOE_SIDE_ENGINE_RT), in [0, 3] (at 2 ranks per core both ranks' workers poll on a core).
+  double side_wait_frac = 0;
   // Per rank, a large collective inside a host at this many ranks per core, measured (0: not):
   // an all-gather's ring β and an all-to-all's β (bytes leaving a rank over its time).
   double ag_bw_Bps = 0, a2a_bw_Bps = 0;
@@ -100,6 +105,7 @@ struct Rates {
   double wait_at(double ranks_per_core, double compute_s) const;
   double side_busy_at(double ranks_per_core) const;
   double side_cpu_frac_at(double ranks_per_core) const;
+  double side_wait_frac_at(double ranks_per_core) const;
   // 1 at 0 ranks per core; at the ranks' expert weight bytes (Contention::slowdown_at; 0: the whole
   // calibrated layer's).
   double compute_slowdown_at(double ranks_per_core, double weight_bytes = 0) const;

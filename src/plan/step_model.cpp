@@ -46,6 +46,23 @@ std::string check_layout(const LayerShape& L, const Layout& lay, const Cluster& 
   return o.str();
 }
 
+double side_stretch(const std::vector<SideSpan>& pending, double t, double dur, double steal, double cpu_frac,
+                    double wait_frac, bool peers_late) {
+  double extra = 0, in_spans = 0;
+  const double waiting = peers_late ? wait_frac : 0.0;
+  for (const SideSpan& s : pending)
+    if (s.end > s.start) {
+      const double ov = std::max(0.0, std::min(t + dur, s.end) - std::max(t, s.start));
+      extra += steal * std::max({s.cpu / (s.end - s.start), cpu_frac, waiting}) * ov;
+      in_spans += ov;
+    }
+  if (waiting > 0 && !pending.empty()) {
+    const double from = std::max(t, pending.front().start);
+    extra += steal * wait_frac * std::max(0.0, t + dur - from - in_spans);
+  }
+  return extra;
+}
+
 namespace {
 
 // A side-engine or inline event: when it is ready, the term its wait is charged to, and the side
@@ -63,12 +80,17 @@ struct ContentionModel {
   double wait(double compute_s) const { return r ? r->wait_at(ranks_per_core, compute_s) : 0; }
   double side_busy() const { return r ? r->side_busy_at(ranks_per_core) : 0; }
   double side_cpu_frac() const { return r ? r->side_cpu_frac_at(ranks_per_core) : 0; }
+  double side_wait_frac() const { return r ? r->side_wait_frac_at(ranks_per_core) : 0; }
 };
 
 // The two timelines. Compute ops run back to back on the compute thread; a side op starts when it
 // is submitted and the FIFO worker is free. A compute op overlapping a side op's CPU work is
 // stretched by `steal` of that work (the two share the rank's cores): of its own CPU seconds spread
-// over its span, or of the measured side_cpu_frac of the span if that is more. Contention: an inline
+// over its span, or of the measured side_cpu_frac of the span if that is more. Where ranks share
+// cores, a worker holding an op the compute thread has not waited for yet also waits for peers that
+// have not arrived, outside the ops' own spans too (the spans have no wait for the slowest member;
+// in the step such an op ends when its peers' compute does, about when this rank waits for it): the
+// compute is stretched by side_wait_frac of that time (side_stretch). Contention: an inline
 // collective first waits for the slowest member (ContentionModel::wait of the compute since the
 // compute thread's previous collective or wait); a side op takes side_busy longer, unless the
 // compute thread blocks on it (or on a later op) first: then it ends when its own cost is done.
@@ -78,12 +100,12 @@ class Sim {
       : p_(p), steal_(steal), handoff_(handoff_s), cm_(cm) {}
 
   void compute(const std::string& name, const std::string& term, double dur) {
-    double penalty = 0;
-    for (const SideIv& s : side_)
-      if (s.end > s.start) {
-        const double ov = std::max(0.0, std::min(t_ + dur, s.end) - std::max(t_, s.start));
-        penalty += steal_ * std::max(s.cpu / (s.end - s.start), cm_.side_cpu_frac()) * ov;
-      }
+    // Ops before waited_ have ended (FIFO; the compute thread waited for the last of them).
+    std::vector<SideSpan> pending;
+    for (size_t i = waited_; i < side_.size(); ++i)
+      pending.push_back({side_[i].start, side_[i].end, side_[i].cpu});
+    const double penalty = side_stretch(pending, t_, dur, steal_, cm_.side_cpu_frac(), cm_.side_wait_frac(),
+                                        cm_.ranks_per_core > 1);
     record(name, false, false, t_, t_ + dur + penalty);
     p_.compute_s += dur + penalty;
     p_.cpu_s += dur + penalty;
@@ -146,6 +168,7 @@ class Sim {
         }
       }
       ready = side_[size_t(e.side)].end;
+      waited_ = std::max(waited_, size_t(e.side) + 1);
     }
     if (ready <= t_) return;
     record("wait:" + e.term, false, true, t_, ready);
@@ -180,6 +203,7 @@ class Sim {
   ContentionModel cm_;
   double t_ = 0, synced_ = 0;
   std::vector<SideIv> side_;
+  size_t waited_ = 0;  // side ops the compute thread has waited for (the first ones: FIFO)
 };
 
 // prepare / compute / finish over n chunks with `lookahead` chunks prepared ahead (run_pipeline of

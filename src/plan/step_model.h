@@ -105,6 +105,20 @@ double compute_slowdown(const LayerShape& L, const Layout& lay, const Cluster& c
 // core (mpi_yield_when_idle) to the one beside it. cores_per_rank itself where it is 1 or more.
 double core_share(double cores_per_rank, double others_busy);
 
+// The side-engine ops the compute thread has not waited for yet, in FIFO order: their spans on the
+// worker and the CPU seconds of their own work.
+struct SideSpan {
+  double start = 0, end = 0, cpu = 0;
+};
+// The extra seconds of a compute op [t, t + dur) beside those ops (the model's compute stretch; the
+// worker shares the rank's cores by `steal`): over each op's span, the op's CPU per second of span,
+// or cpu_frac if more; with peers_late (ranks share cores, so peers arrive late by time slices),
+// wait_frac if that is more still, and wait_frac of the rest of the time from the first op's start
+// (the worker polls for its peers until the compute thread waits for the op). Where each rank has
+// a core, its peers are on time, and cpu_frac, measured with the ops' own traffic, holds the polls.
+double side_stretch(const std::vector<SideSpan>& pending, double t, double dur, double steal, double cpu_frac,
+                    double wait_frac, bool peers_late);
+
 // REQUIRES: layout.ranks() == cluster.ranks(); E % expert == 0; D % fsdp == 0 (check_layout says why not).
 // Where ranks share cores (and ModelOptions::others_busy is -1), the step is simulated at
 // others_busy = 1 (every rank computing at once: time slices), then again at the busy fraction that

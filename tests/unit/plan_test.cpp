@@ -663,6 +663,55 @@ TEST(PlanStep, SideCpuFracStretchesComputeOverlappingSideOps) {
       << error_of([&] { parse_rates(bad, "f.json"); });
 }
 
+TEST(PlanStep, SideStretchOverSpansAndWhileTheWorkerWaitsForLatePeers) {
+  // Compute [0, 4) beside two ops not yet waited for: [1, 2) with no CPU of its own, [2.5, 3) with
+  // 0.25 s of CPU (0.5 of its span); steal 1, cpu_frac 0.1, wait_frac 0.5.
+  const std::vector<SideSpan> ops = {{1, 2, 0}, {2.5, 3, 0.25}};
+  // Peers on time: the spans at max(own CPU, cpu_frac): 0.1 * 1 + 0.5 * 0.5 = 0.35.
+  EXPECT_NEAR(side_stretch(ops, 0, 4, 1, 0.1, 0.5, false), 0.35, 1e-12);
+  // Peers late: the spans at max(own CPU, cpu_frac, wait_frac): 0.5 * 1 + 0.5 * 0.5 = 0.75, and 0.5
+  // of the time from the first op's start (1) to the compute's end (4) outside them (3 - 1.5): 0.75.
+  EXPECT_NEAR(side_stretch(ops, 0, 4, 1, 0.1, 0.5, true), 1.5, 1e-12);
+  // Without wait_frac, late or not: 0.35.
+  EXPECT_NEAR(side_stretch(ops, 0, 4, 1, 0.1, 0, true), 0.35, 1e-12);
+  // Compute that starts after the first op's start counts from its own start: [2, 4) overlaps the
+  // second span 0.5 (0.25) and waits 1.5 outside it (0.75).
+  EXPECT_NEAR(side_stretch(ops, 2, 2, 1, 0.1, 0.5, true), 1.0, 1e-12);
+  // steal scales it all; nothing pending, nothing added.
+  EXPECT_NEAR(side_stretch(ops, 0, 4, 0.5, 0.1, 0.5, true), 0.75, 1e-12);
+  EXPECT_EQ(side_stretch({}, 0, 4, 1, 0.1, 0.5, true), 0.0);
+  // Through the model: 2 hosts of 1 core, 2 ranks each (2 ranks per core, peers late), ep4 in 4
+  // chunks with the EP collectives offloaded; a measured side_wait_frac stretches the compute, and
+  // 0 gives the prediction without it.
+  Rates r = round_rates();
+  Cluster cl;
+  cl.hosts = 2, cl.cores = 1, cl.ranks_per_host = 2;
+  cl.inter.bw_Bps = 1e8, cl.inter.lat_s = 20e-6;
+  Layout l;
+  l.expert = 4, l.chunks = 4, l.off_ep = true;
+  auto with_wait = [&](double f) {
+    Contention c = row(2, {0}, {0});
+    c.side_wait_frac = f;
+    return with_row(r, c);
+  };
+  ModelOptions steal;
+  steal.steal = 1;
+  const Prediction p0 = predict_step(small_layer(), l, cl, with_wait(0), steal);
+  const Prediction p5 = predict_step(small_layer(), l, cl, with_wait(0.5), steal);
+  EXPECT_GT(p5.compute_s, p0.compute_s);
+  EXPECT_GE(p5.step_s, p0.step_s);
+  // The rates file keeps it; a value above 3 is refused by name.
+  Rates back = parse_rates(rates_json(with_wait(0.5)), "mem");
+  EXPECT_NEAR(back.side_wait_frac_at(2), 0.5, 1e-12);
+  std::string bad = rates_json(with_wait(0.5));
+  const size_t at = bad.find("\"side_wait_frac\": 0.5");
+  ASSERT_NE(at, std::string::npos) << bad;
+  bad.replace(at, std::string("\"side_wait_frac\": 0.5").size(), "\"side_wait_frac\": 3.5");
+  EXPECT_NE(error_of([&] { parse_rates(bad, "f.json"); }).find("f.json: contention[0]: 'side_wait_frac' must be in [0, 3]"),
+            std::string::npos)
+      << error_of([&] { parse_rates(bad, "f.json"); });
+}
+
 // Ranks sharing a core: a rank waiting in a collective yields the core to the one beside it, so the
 // compute gets 1 / (1 + (ranks per core - 1) u) of a core, u the fraction of the step the others
 // demand it; predict_step finds u as its own prediction's CPU seconds over its step.
