@@ -11,8 +11,8 @@ jobs="${MOE_JOBS:-2}"
 CC="${MOE_SANITIZE_CC:-clang}" CXX="${MOE_SANITIZE_CXX:-clang++}" \
   cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DMOE_SANITIZE=ON -DMOE_FUZZ=ON >/dev/null
 # Only what the suite runs (no gemm_bench), and the fuzz targets: MOE_FUZZ=ON adds the fuzzer's
-# coverage hooks to the same objects, so the entry `fuzz_replay` (scripts/fuzz.sh --replay) needs
-# no build of its own.
+# coverage hooks to the engine's objects the targets fuzz (not the x86 kernels, the tests or the
+# CLI), so the entry `fuzz_replay` (scripts/fuzz.sh --replay) needs no build of its own.
 cmake --build build-asan --target moe moe_tests moe_mpi_tests moe_fuzz_targets -j "$jobs"
 # abort_on_error: a report ends the process with SIGABRT, whatever exit status a test expects.
 # print_suppressions=0: the suppressed MPI leaks are not listed after every rank.
