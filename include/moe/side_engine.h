@@ -107,4 +107,8 @@ class SideEngine {
   std::vector<std::shared_ptr<Event::State>> failed_;  // GUARDED_BY(mu_): failed, in finish order
 };
 
+// MOE_SIDE_ENGINE_RT=1 in the environment: the run asks for real-time (SCHED_FIFO) side-engine
+// workers (DistRuntime; moe plan --calibrate's probes use the same policy as the run they model).
+bool side_engine_realtime_requested();
+
 }  // namespace moe

@@ -69,8 +69,7 @@ DistRuntime::DistRuntime(const Config& cfg, Communicator& world, bool training) 
   // One worker: collectives on a communicator must be issued in one order on
   // every rank, so the layer's side ops run FIFO on a single thread (extra
   // side_engine_threads are accepted and left unused).
-  const char* rt = std::getenv("MOE_SIDE_ENGINE_RT");
-  const bool realtime = rt && std::string(rt) == "1";
+  const bool realtime = side_engine_realtime_requested();
   side_ = std::make_unique<SideEngine>(1, realtime);
   if (realtime && !side_->realtime())
     std::fprintf(stderr, "moe: warning: rank %d: MOE_SIDE_ENGINE_RT=1 but SCHED_FIFO was refused (needs "

@@ -4,6 +4,7 @@
 
 #include "moe/comm.h"
 
+#include <cstdlib>
 #include <pthread.h>
 #include <sched.h>
 
@@ -144,6 +145,11 @@ void SideEngine::worker_loop() {
     job.fn = nullptr;  // release captures before the event completes
     finish(job.state, err);
   }
+}
+
+bool side_engine_realtime_requested() {
+  const char* rt = std::getenv("MOE_SIDE_ENGINE_RT");
+  return rt && std::string(rt) == "1";
 }
 
 }  // namespace moe

@@ -4,7 +4,6 @@
 #include <cmath>
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -398,8 +397,7 @@ Contention contention_probe(const CalibrateOptions& o, Communicator& world, int 
   // (the mean over ranks of each rank's median). The workers run with the run's scheduling policy
   // (MOE_SIDE_ENGINE_RT): a real-time worker preempts the compute at each poll.
   if (W > 1) {
-    const char* rt = std::getenv("MOE_SIDE_ENGINE_RT");
-    SideEngine waiter(1, rt && std::string(rt) == "1");
+    SideEngine waiter(1, side_engine_realtime_requested());
     bench::EngineBytes tiny_s(size_t(W), 1), tiny_r(size_t(W), 0);
     const A2ALayout one = A2ALayout::uniform(W, 1);
     std::vector<double> alone, waited, wait_ov;
@@ -431,7 +429,7 @@ Contention contention_probe(const CalibrateOptions& o, Communicator& world, int 
     }
     const double wf =
         !waited.empty() && median(wait_ov) > 1e-4 ? (median(waited) - median(alone)) / median(wait_ov) : 0.0;
-    ct.side_wait_frac = std::clamp(mean_over_ranks(std::clamp(wf, 0.0, 3.0)), 0.0, 3.0);
+    ct.side_wait_frac = mean_over_ranks(std::clamp(wf, 0.0, 3.0));
   }
   char ag_text[256];
   if (ct.ag_bw_Bps > 0)

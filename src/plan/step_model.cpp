@@ -101,10 +101,10 @@ class Sim {
 
   void compute(const std::string& name, const std::string& term, double dur) {
     // Ops before waited_ have ended (FIFO; the compute thread waited for the last of them).
-    std::vector<SideSpan> pending;
+    pending_.clear();
     for (size_t i = waited_; i < side_.size(); ++i)
-      pending.push_back({side_[i].start, side_[i].end, side_[i].cpu});
-    const double penalty = side_stretch(pending, t_, dur, steal_, cm_.side_cpu_frac(), cm_.side_wait_frac(),
+      pending_.push_back({side_[i].start, side_[i].end, side_[i].cpu});
+    const double penalty = side_stretch(pending_, t_, dur, steal_, cm_.side_cpu_frac(), cm_.side_wait_frac(),
                                         cm_.ranks_per_core > 1);
     record(name, false, false, t_, t_ + dur + penalty);
     p_.compute_s += dur + penalty;
@@ -204,6 +204,7 @@ class Sim {
   double t_ = 0, synced_ = 0;
   std::vector<SideIv> side_;
   size_t waited_ = 0;  // side ops the compute thread has waited for (the first ones: FIFO)
+  std::vector<SideSpan> pending_;  // compute()'s view of side_[waited_..], kept to reuse its storage
 };
 
 // prepare / compute / finish over n chunks with `lookahead` chunks prepared ahead (run_pipeline of

@@ -611,6 +611,16 @@ TEST(PlanStep, ContentionWaitOfInlineCollectivesHandComputed) {
               1.5 * predict_step(small_layer(), Layout{}, one, round_rates()).step_s, 1e-12);
 }
 
+// parse_rates's error for the rates file `json` with its text `good` replaced by `bad` ("" when it
+// parses; a `good` not in the file fails the test).
+std::string error_with(std::string json, const std::string& good, const std::string& bad) {
+  const size_t at = json.find(good);
+  EXPECT_NE(at, std::string::npos) << json;
+  if (at == std::string::npos) return "";
+  json.replace(at, good.size(), bad);
+  return error_of([&] { parse_rates(json, "f.json"); });
+}
+
 TEST(PlanStep, SideCpuFracStretchesComputeOverlappingSideOps) {
   // The FSDP gathers offloaded across 2 one-core hosts: on the wire, they keep no core busy in the
   // model (comm_cpu_ns_per_byte 0); a measured side_cpu_frac stretches the compute that overlaps
@@ -654,13 +664,10 @@ TEST(PlanStep, SideCpuFracStretchesComputeOverlappingSideOps) {
   ASSERT_EQ(back.contention.size(), 1u);
   EXPECT_NEAR(back.side_cpu_frac_at(1), 0.25, 1e-12);
   EXPECT_NEAR(back.side_cpu_frac_at(0.5), 0.125, 1e-12);  // from 0 at 0 ranks per core
-  std::string bad = rates_json(with_frac(0.25));
-  const size_t at = bad.find("\"side_cpu_frac\": 0.25");
-  ASSERT_NE(at, std::string::npos) << bad;
-  bad.replace(at, std::string("\"side_cpu_frac\": 0.25").size(), "\"side_cpu_frac\": 1.5");
-  EXPECT_NE(error_of([&] { parse_rates(bad, "f.json"); }).find("f.json: contention[0]: 'side_cpu_frac' must be in [0, 1]"),
+  EXPECT_NE(error_with(rates_json(with_frac(0.25)), "\"side_cpu_frac\": 0.25", "\"side_cpu_frac\": 1.5")
+                .find("f.json: contention[0]: 'side_cpu_frac' must be in [0, 1]"),
             std::string::npos)
-      << error_of([&] { parse_rates(bad, "f.json"); });
+      << error_with(rates_json(with_frac(0.25)), "\"side_cpu_frac\": 0.25", "\"side_cpu_frac\": 1.5");
 }
 
 TEST(PlanStep, SideStretchOverSpansAndWhileTheWorkerWaitsForLatePeers) {
@@ -703,13 +710,10 @@ TEST(PlanStep, SideStretchOverSpansAndWhileTheWorkerWaitsForLatePeers) {
   // The rates file keeps it; a value above 3 is refused by name.
   Rates back = parse_rates(rates_json(with_wait(0.5)), "mem");
   EXPECT_NEAR(back.side_wait_frac_at(2), 0.5, 1e-12);
-  std::string bad = rates_json(with_wait(0.5));
-  const size_t at = bad.find("\"side_wait_frac\": 0.5");
-  ASSERT_NE(at, std::string::npos) << bad;
-  bad.replace(at, std::string("\"side_wait_frac\": 0.5").size(), "\"side_wait_frac\": 3.5");
-  EXPECT_NE(error_of([&] { parse_rates(bad, "f.json"); }).find("f.json: contention[0]: 'side_wait_frac' must be in [0, 3]"),
+  EXPECT_NE(error_with(rates_json(with_wait(0.5)), "\"side_wait_frac\": 0.5", "\"side_wait_frac\": 3.5")
+                .find("f.json: contention[0]: 'side_wait_frac' must be in [0, 3]"),
             std::string::npos)
-      << error_of([&] { parse_rates(bad, "f.json"); });
+      << error_with(rates_json(with_wait(0.5)), "\"side_wait_frac\": 0.5", "\"side_wait_frac\": 3.5");
 }
 
 // Ranks sharing a core: a rank waiting in a collective yields the core to the one beside it, so the
