@@ -73,14 +73,15 @@ PY
 }
 # Predicts every variant measured in OUT/m_cluster_TAG.json from OUT/rates_cluster_TAG.json on the
 # 2-host cluster with RANKS ranks per host (one core per host), the link at BW GB/s and LAT us.
+# RATES_FILE (default OUT/rates_cluster_TAG.json): the rates to predict from.
 predict() {  # TAG RANKS BW LAT [A2A_BW]; HOSTS hosts on the machine's cores (cores per host: nproc / HOSTS)
-  local v probe cl
+  local v probe cl rates=${RATES_FILE:-$OUT/rates_cluster_$1.json}
   cl="hosts=$HOSTS,cores=$(python3 -c "print($(nproc) / $HOSTS)"),ranks_per_host=$2,threads=1,inter_bw=$3GB,inter_lat=$4us${5:+,inter_a2a_bw=$5GB}"
   while read -r v probe; do
-    $MOE plan --rates "$OUT/rates_cluster_$1.json" --bench-variant "$v" --cluster "$cl" \
+    $MOE plan --rates "$rates" --bench-variant "$v" --cluster "$cl" \
       --json "$OUT/p_cluster_$1_$v.json" >/dev/null
     # At the speed the paired probe saw during the measurement (q_*.json; plan_validate.sh).
-    [[ $probe == - ]] || $MOE plan --rates "$OUT/rates_cluster_$1.json" --bench-variant "$v" --cluster "$cl" \
+    [[ $probe == - ]] || $MOE plan --rates "$rates" --bench-variant "$v" --cluster "$cl" \
       --probe-ms "$probe" --json "$OUT/q_cluster_$1_$v.json" >/dev/null
   done < <(python3 -c 'import json,sys; [print(r["variant"], r.get("speed_probe_ms", "-")) for r in json.load(open(sys.argv[1]))["dist_results"]]' \
     "$OUT/m_cluster_$1.json")
@@ -187,12 +188,26 @@ print(p * n * (P - p) / P / rest / 1e9, i["lat_us"], pair)
 PY
 )
   echo "$bw" >"$OUT/nic_$rate.gbps"
+  # The network stack's CPU per byte between hosts: the calibration under -np 4 has ranks sharing
+  # hosts and cannot measure it (its file keeps the 1.3 ns/B of one host's TCP probe); the link's
+  # calibration, one rank per host over the same links, measures it (9.1-11.4 ns/B at 1gbit in
+  # out/v72-v75). NET_CPU=default: the -np 4 file as it is (the predictions before 2026-12-06).
+  rates_file=$OUT/rates_cluster_$rate.json
+  if [[ ${NET_CPU:-link} == link ]]; then
+    rates_file=$OUT/rates_cluster_${rate}_net.json
+    python3 - "$OUT/rates_cluster_$rate.json" "$OUT/link_$rate.json" "$rates_file" <<'PY'
+import json, sys
+r, link = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+r["comm_cpu_ns_per_byte"] = link["comm_cpu_ns_per_byte"]
+json.dump(r, open(sys.argv[3], "w"), indent=1)
+PY
+  fi
   # One core per host (the harness splits the 2 cores): 0.5 core per rank. The link's bandwidth for
   # one stream per pair of hosts (the gathers, the all-reduces, a pair's reduce-scatter): the pairs
   # probe's, both ranks of each host streaming (0.53-0.60 Gbit/s a host at 1gbit, where one rank
   # per host with the other idle moves 0.62-0.80); the all-to-alls': the all-to-all probe's (each
   # rank to both ranks of the other host at once).
-  predict "$rate" 2 "$pair_bw" "$lat" "$bw"
+  RATES_FILE=$rates_file predict "$rate" 2 "$pair_bw" "$lat" "$bw"
 done; fi
 python3 - "$OUT" "$RPH" "$HOSTS" "$@" <<'PY'
 import json, sys, os
