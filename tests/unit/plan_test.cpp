@@ -664,10 +664,9 @@ TEST(PlanStep, SideCpuFracStretchesComputeOverlappingSideOps) {
   ASSERT_EQ(back.contention.size(), 1u);
   EXPECT_NEAR(back.side_cpu_frac_at(1), 0.25, 1e-12);
   EXPECT_NEAR(back.side_cpu_frac_at(0.5), 0.125, 1e-12);  // from 0 at 0 ranks per core
-  EXPECT_NE(error_with(rates_json(with_frac(0.25)), "\"side_cpu_frac\": 0.25", "\"side_cpu_frac\": 1.5")
-                .find("f.json: contention[0]: 'side_cpu_frac' must be in [0, 1]"),
-            std::string::npos)
-      << error_with(rates_json(with_frac(0.25)), "\"side_cpu_frac\": 0.25", "\"side_cpu_frac\": 1.5");
+  const std::string err =
+      error_with(rates_json(with_frac(0.25)), "\"side_cpu_frac\": 0.25", "\"side_cpu_frac\": 1.5");
+  EXPECT_NE(err.find("f.json: contention[0]: 'side_cpu_frac' must be in [0, 1]"), std::string::npos) << err;
 }
 
 TEST(PlanStep, SideStretchOverSpansAndWhileTheWorkerWaitsForLatePeers) {
@@ -710,10 +709,9 @@ TEST(PlanStep, SideStretchOverSpansAndWhileTheWorkerWaitsForLatePeers) {
   // The rates file keeps it; a value above 3 is refused by name.
   Rates back = parse_rates(rates_json(with_wait(0.5)), "mem");
   EXPECT_NEAR(back.side_wait_frac_at(2), 0.5, 1e-12);
-  EXPECT_NE(error_with(rates_json(with_wait(0.5)), "\"side_wait_frac\": 0.5", "\"side_wait_frac\": 3.5")
-                .find("f.json: contention[0]: 'side_wait_frac' must be in [0, 3]"),
-            std::string::npos)
-      << error_with(rates_json(with_wait(0.5)), "\"side_wait_frac\": 0.5", "\"side_wait_frac\": 3.5");
+  const std::string err =
+      error_with(rates_json(with_wait(0.5)), "\"side_wait_frac\": 0.5", "\"side_wait_frac\": 3.5");
+  EXPECT_NE(err.find("f.json: contention[0]: 'side_wait_frac' must be in [0, 3]"), std::string::npos) << err;
 }
 
 // Ranks sharing a core: a rank waiting in a collective yields the core to the one beside it, so the
