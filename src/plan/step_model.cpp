@@ -280,7 +280,7 @@ struct Step {
     if (!Communicator::all_reduce_splits(g.size, size_t(n / 4))) {
       a.cost = all_gather(g, n, intra_ag, inter);
       a.extra = copy_s(G * n + n);
-      a.cpu = cpu_of(g, a.cost, n * (G - 1) / G);
+      a.cpu = cpu_of(g, a.cost, n * (G - 1));  // each rank's whole vector to each of the G-1 others
       return a;
     }
     const Cost rs = all_to_all(A2AAlgo::flat, g, n, intra, inter), ag = all_gather(g, n / G, intra_ag, inter);

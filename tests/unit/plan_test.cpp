@@ -231,6 +231,31 @@ TEST(PlanStep, ExpertGradientAllReduceSplitsFromItsSize) {
   EXPECT_LT(split, all_gather(g, big, kIntra, {}).total() + (4 * big + big) / 1e9);
 }
 
+// The network stack's CPU of that all-reduce across hosts: below the split each rank sends its whole
+// gradient to each of the G-1 others; from it, (G-1)/G of it in the all-to-all and as much again in
+// the all-gather. data=G on G one-core hosts, so the CPU moves nothing else (a core per rank) and
+// the only collectives with CPU are the three expert gradients' all-reduces.
+TEST(PlanStep, AllReduceAcrossHostsCountsTheBytesEachRankSends) {
+  auto cpu_of_ar = [](int G, int64_t D) {
+    Cluster cl;
+    cl.hosts = G, cl.cores = 1, cl.ranks_per_host = 1;
+    cl.inter.bw_Bps = 1e9, cl.inter.lat_s = 20e-6;
+    Layout l;
+    l.data = G;
+    Rates with = round_rates(), without = round_rates();
+    with.comm_cpu_ns_per_byte = 10, without.comm_cpu_ns_per_byte = 0;
+    LayerShape L = small_layer();
+    L.D = D;
+    return predict_step(L, l, cl, with).cpu_s - predict_step(L, l, cl, without).cpu_s;
+  };
+  const double small = 8.0 * 16 * 32 * 4, big = 8.0 * 2048 * 32 * 4;  // one weight's f32 gradient
+  ASSERT_FALSE(Communicator::all_reduce_splits(4, size_t(small / 4)));
+  EXPECT_NEAR(cpu_of_ar(2, 16), 3 * small * 10e-9, 1e-15);
+  EXPECT_NEAR(cpu_of_ar(4, 16), 3 * 3 * small * 10e-9, 1e-15);
+  ASSERT_TRUE(Communicator::all_reduce_splits(4, size_t(big / 4)));
+  EXPECT_NEAR(cpu_of_ar(4, 2048), 3 * 2 * (big * 3 / 4) * 10e-9, 1e-12);
+}
+
 // Offloaded FSDP gradients go back as reduce_to_shard: each member's shard packed out of the full
 // gradient (one copy of it), one all-to-all of shards, then the rank-order sum of the G shards.
 TEST(PlanStep, OffloadedGradientReduceScatterPacksSendsAndSums) {
