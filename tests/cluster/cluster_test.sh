@@ -32,12 +32,9 @@ cleanup() { local n; for n in "${NAMES[@]}"; do "$CLUSTER" down --name "$n" > /d
 trap cleanup EXIT
 trap 'exit 1' INT TERM
 
-# Clusters of earlier runs of these tests whose process is gone (a test killed by CTest's timeout):
-# each cluster a test makes holds its process id in test_owner.
-for f in /run/moe-cluster/*/test_owner; do
-  [ -f "$f" ] || continue
-  kill -0 "$(cat "$f")" 2> /dev/null || "$CLUSTER" down --name "$(basename "$(dirname "$f")")" > /dev/null 2>&1
-done
+# Clusters of earlier runs whose test process is gone (tests/cluster/owners.sh).
+. "$SRC/tests/cluster/owners.sh"
+reap_orphan_clusters "$CLUSTER"
 
 # up NAME_TAG HOSTS RANKS_PER_HOST [options]: brings up cluster ct<tag>-<pid>; sets C to its state dir
 # and UP_OUT to what `up` printed.
@@ -50,7 +47,7 @@ up() {
   [ $rc -eq 0 ] || die "cluster.sh up $name failed (status $rc)"
   NAMES+=("$name")
   C=/run/moe-cluster/$name
-  echo $$ > "$C/test_owner"
+  own_cluster "$name"
 }
 
 # A cpu list (0-2,5 or 0,1,2,5) as one id per line.

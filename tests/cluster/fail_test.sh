@@ -22,6 +22,7 @@
 # connection with unacknowledged data gives up after ~13 s instead of ~15 min).
 set -u
 CLUSTER=$1 MOE=$2 DIR=$3 KIND=$4 RPH=${5:-1}
+HERE=$(cd "$(dirname "$0")" && pwd)
 NAME=${MOE_FAIL_NAME:-ft-$KIND$RPH-$$}  # its own name: two test runs on one machine do not meet
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 KEEPALIVE=${MOE_FAIL_KEEPALIVE:-10,2,3}  # time, interval, probes (Open MPI's defaults: 300, 20, 9)
@@ -37,18 +38,15 @@ now() { date +%s.%N; }
 since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
 
 rm -rf "$DIR" && mkdir -p "$DIR" && cd "$DIR" || exit 1
-# Clusters of earlier runs whose test process is gone (killed by CTest's timeout) hold its id in
-# test_owner (tests/cluster/cluster_test.sh does the same): take them down.
-for f in /run/moe-cluster/*/test_owner; do
-  [ -f "$f" ] || continue
-  kill -0 "$(cat "$f")" 2> /dev/null || "$CLUSTER" down --name "$(basename "$(dirname "$f")")" > /dev/null 2>&1
-done
+# Clusters of earlier runs whose test process is gone (tests/cluster/owners.sh).
+. "$HERE/owners.sh"
+reap_orphan_clusters "$CLUSTER"
 up=$("$CLUSTER" up 2 --name "$NAME" --ranks-per-host "$RPH" 2>&1)
 rc=$?
 [ $rc -eq 77 ] && { echo "SKIP: $up"; exit 77; }
 [ $rc -eq 0 ] || { echo "$up"; die "cluster.sh up failed ($rc)"; }
 trap '"$CLUSTER" down --name "$NAME" >/dev/null 2>&1' EXIT
-echo $$ > "/run/moe-cluster/$NAME/test_owner"
+own_cluster "$NAME"
 trap "exit 124" TERM INT
 WRAP=/run/moe-cluster/$NAME/mpirun
 [ -x "$WRAP" ] || WRAP="$CLUSTER mpirun --name $NAME"
