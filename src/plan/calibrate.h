@@ -9,6 +9,7 @@
 
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "moe/comm.h"
@@ -37,5 +38,25 @@ Rates calibrate(const CalibrateOptions& o, Communicator& world);
 // ranks on that machine (hosts may share a machine: network namespaces) each sent and received
 // (`bytes_out` each way per rank) in that iteration. ns per byte sent.
 double network_cpu_ns_per_byte(double busy_core_ms, int64_t bytes_out, int ranks);
+
+// The contention probe's wait curve is measured again while its ranks ran unequal (calibrate.cpp,
+// contention_probe): `measure()` returns an attempt with a `spread` (the slowest rank's compute over
+// the mean rank's, >= 1); attempts run until one's spread is at most kCalmSpread or `attempts`
+// ran, and the one with the smallest spread is returned (the first of equals). `spreads`, where
+// given, lists every attempt's spread in order.
+inline constexpr int kCurveAttempts = 3;
+inline constexpr double kCalmSpread = 1.05;
+template <class Measure>
+auto calmest_attempt(const Measure& measure, int attempts = kCurveAttempts,
+                     std::vector<double>* spreads = nullptr) {
+  auto best = measure();
+  if (spreads) spreads->assign(1, best.spread);
+  for (int attempt = 1; attempt < attempts && best.spread > kCalmSpread; ++attempt) {
+    auto next = measure();
+    if (spreads) spreads->push_back(next.spread);
+    if (next.spread < best.spread) best = std::move(next);
+  }
+  return best;
+}
 
 }  // namespace moe::plan

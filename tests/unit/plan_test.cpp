@@ -998,5 +998,49 @@ TEST(PlanCalibrate, NetworkCpuPerByteFromTheProbesBusyTime) {
   EXPECT_EQ(network_cpu_ns_per_byte(150, 3000000, 0), 0);
 }
 
+// The wait curve is measured again while its ranks ran unequal, and the calmest attempt kept.
+TEST(PlanCalibrate, WaitCurveKeepsTheCalmestOfItsAttempts) {
+  struct Attempt {
+    int id;
+    double spread;
+  };
+  auto scripted = [](std::vector<double> spreads, int& calls) {
+    return [spreads = std::move(spreads), &calls] {
+      const int i = calls++;
+      return Attempt{i, spreads.at(size_t(i))};
+    };
+  };
+  std::vector<double> seen;
+  int calls = 0;
+  // Calm at once: one attempt.
+  Attempt a = calmest_attempt(scripted({1.01, 1.0}, calls), kCurveAttempts, &seen);
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(a.id, 0);
+  EXPECT_EQ(seen, (std::vector<double>{1.01}));
+  // out/v79's skew (1.19), then a calm attempt: that one, and no third.
+  calls = 0;
+  a = calmest_attempt(scripted({1.19, 1.02, 1.0}, calls), kCurveAttempts, &seen);
+  EXPECT_EQ(calls, 2);
+  EXPECT_EQ(a.id, 1);
+  EXPECT_EQ(seen, (std::vector<double>{1.19, 1.02}));
+  // A skew that lasts: kCurveAttempts attempts, the smallest spread kept (the first of equals).
+  calls = 0;
+  a = calmest_attempt(scripted({1.12, 1.08, 1.08, 1.0}, calls), kCurveAttempts, &seen);
+  EXPECT_EQ(calls, kCurveAttempts);
+  EXPECT_EQ(a.id, 1);
+  calls = 0;
+  a = calmest_attempt(scripted({1.08, 1.20, 1.30}, calls));
+  EXPECT_EQ(a.id, 0);
+  // At the bound is calm.
+  calls = 0;
+  a = calmest_attempt(scripted({kCalmSpread, 1.0}, calls));
+  EXPECT_EQ(calls, 1);
+  // One attempt allowed (ranks that share a core): measured once, however skewed.
+  calls = 0;
+  a = calmest_attempt(scripted({1.30, 1.0}, calls), 1, &seen);
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(seen, (std::vector<double>{1.30}));
+}
+
 }  // namespace
 }  // namespace moe::plan
