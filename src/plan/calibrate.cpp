@@ -311,8 +311,10 @@ Contention contention_probe(const CalibrateOptions& o, Communicator& world, int 
     c.spread = mean_total > 0 ? max_over_ranks(total) / mean_total : 1.0;
     return c;
   };
+  // Every rank decides alike (the curve is collective): by the densest rank's ranks per core.
+  const bool own_cores = max_over_ranks(ct.ranks_per_core) <= 1;
   std::vector<double> spreads;
-  Curve best = calmest_attempt(measure_curve, ct.ranks_per_core <= 1 ? kCurveAttempts : 1, &spreads);
+  Curve best = calmest_attempt(measure_curve, own_cores ? kCurveAttempts : 1, &spreads);
   ct.compute_s = best.compute_s, ct.wait_s = best.wait_s;
   std::string curve = best.text + " (ranks' spread";
   for (double sp : spreads) curve += " " + std::to_string(sp).substr(0, 5);
