@@ -205,7 +205,7 @@ Contention contention_probe(const CalibrateOptions& o, Communicator& world, int 
   std::unique_ptr<Communicator> polite = world.split(0, world.rank());
   polite->set_polite_waits(true);
   Contention ct;
-  double ag_ms = 0, a2a_ms = 0;
+  double ag_ms = 0, a2a_ms = 0, ar_ms = 0, ar_pair_ms = 0;
   ct.ranks_per_core = double(W) / std::max(1u, std::thread::hardware_concurrency());
   // Compute slowdown: the step's own compute (forward + backward of the first shape at a quarter of
   // its tokens, the T per rank of the validation's mpirun runs; a 16-token forward is bound by the
@@ -365,6 +365,32 @@ Contention contention_probe(const CalibrateOptions& o, Communicator& world, int 
     });
     ct.a2a_bw_Bps = double(n / H * H) * (H - 1) / H / std::max(sa, 1e-9);
     a2a_ms = sa * 1e3;
+    // The engine's all-reduce of 16 MiB of f32 per rank (an expert weight's gradient at the
+    // validation's layer: 8 x 1024 x 512) over the host's ranks, then over pairs of them at once
+    // where a host has 4 or more: per rank, the vector's bytes over the call's time. The step's
+    // all-reduces inside a host of that many ranks (or pairs) are priced at it: at 2 ranks per core
+    // the α–β sum of its parts priced this one at 5.8 ms where it took 8.5-8.9 (docs/distributed.md).
+    // Fresh vectors each call (two pairs in turn), as the step's gradients come from memory.
+    const size_t nf = size_t(n) * 2 / sizeof(float);
+    std::vector<std::unique_ptr<bench::EngineBytes>> ar_in, ar_out;
+    for (int b = 0; b < 2; ++b)
+      ar_in.push_back(std::make_unique<bench::EngineBytes>(nf * sizeof(float), 0)),
+          ar_out.push_back(std::make_unique<bench::EngineBytes>(nf * sizeof(float), 0));
+    auto all_reduce_s = [&](Communicator& group) {
+      return timed_s(2, [&](int i) {
+        group.all_reduce_sum(reinterpret_cast<const float*>(ar_in[size_t(i % 2)]->data()),
+                             reinterpret_cast<float*>(ar_out[size_t(i % 2)]->data()), nf);
+      });
+    };
+    ar_ms = all_reduce_s(*host) * 1e3;
+    ct.ar_bw_Bps = double(nf * sizeof(float)) / (ar_ms * 1e-3), ct.ar_ranks = H;
+    if (H == 2) {
+      ct.ar_pair_bw_Bps = ct.ar_bw_Bps, ar_pair_ms = ar_ms;
+    } else if (H % 2 == 0) {
+      std::unique_ptr<Communicator> pair = host->split(host->rank() / 2, host->rank());
+      ar_pair_ms = all_reduce_s(*pair) * 1e3;
+      ct.ar_pair_bw_Bps = double(nf * sizeof(float)) / (ar_pair_ms * 1e-3);
+    }
   }
   // Side engine: a polled all-to-all of one chunk's rows (T·K rows of D), compute thread idle or busy.
   SideEngine side(1);
@@ -461,16 +487,18 @@ Contention contention_probe(const CalibrateOptions& o, Communicator& world, int 
         !waited.empty() && median(wait_ov) > 1e-4 ? (median(waited) - median(alone)) / median(wait_ov) : 0.0;
     ct.side_wait_frac = mean_over_ranks(std::clamp(wf, 0.0, 3.0));
   }
-  char ag_text[256];
+  char ag_text[512];
   if (ct.ag_bw_Bps > 0)
     std::snprintf(ag_text, sizeof ag_text,
                   "all-gather of 8 MiB per rank inside each host (%d ranks) %.3f ms -> %.3f GB/s per rank; "
-                  "all-to-all of 8 MiB per rank there %.3f ms -> %.3f GB/s per rank",
-                  H, ag_ms, ct.ag_bw_Bps / 1e9, a2a_ms, ct.a2a_bw_Bps / 1e9);
+                  "all-to-all of 8 MiB per rank there %.3f ms -> %.3f GB/s per rank; all-reduce of 16 MiB of "
+                  "f32 per rank there %.3f ms -> %.3f GB/s, over pairs %.3f ms -> %.3f GB/s",
+                  H, ag_ms, ct.ag_bw_Bps / 1e9, a2a_ms, ct.a2a_bw_Bps / 1e9, ar_ms, ct.ar_bw_Bps / 1e9,
+                  ar_pair_ms, ct.ar_pair_bw_Bps / 1e9);
   else
     std::snprintf(ag_text, sizeof ag_text, "all-gather inside a host not measured (%d rank(s) on this one)", H);
   if (o.log && world.rank() == 0) {
-    char b[1024];
+    char b[1536];
     std::snprintf(
         b, sizeof b,
         "; side engine's all-to-all of %lld B per peer: %.3f ms idle, %.3f ms busy -> side_busy %.1f us; "

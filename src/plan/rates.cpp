@@ -121,6 +121,13 @@ double measured_bw_at(const std::vector<Contention>& contention, double rpc, dou
 double Rates::ag_bw_at(double rpc) const { return measured_bw_at(contention, rpc, &Contention::ag_bw_Bps); }
 double Rates::a2a_bw_at(double rpc) const { return measured_bw_at(contention, rpc, &Contention::a2a_bw_Bps); }
 
+double Rates::ar_bw_at(double rpc, int ranks) const {
+  std::vector<Contention> rows = contention;
+  for (Contention& c : rows)
+    c.ar_bw_Bps = c.ar_ranks == ranks ? c.ar_bw_Bps : ranks == 2 ? c.ar_pair_bw_Bps : 0;
+  return measured_bw_at(rows, rpc, &Contention::ar_bw_Bps);
+}
+
 void Rates::set_contention(const Contention& c) {
   auto same = [&](const Contention& x) { return std::fabs(x.ranks_per_core - c.ranks_per_core) < 1e-9; };
   contention.erase(std::remove_if(contention.begin(), contention.end(), same), contention.end());
@@ -172,6 +179,8 @@ std::string rates_json(const Rates& r) {
     if (c.side_wait_frac > 0) row["side_wait_frac"] = c.side_wait_frac;
     if (c.ag_bw_Bps > 0) row["ag_bw_gbps"] = c.ag_bw_Bps / 1e9;
     if (c.a2a_bw_Bps > 0) row["a2a_bw_gbps"] = c.a2a_bw_Bps / 1e9;
+    if (c.ar_bw_Bps > 0) row["ar_bw_gbps"] = c.ar_bw_Bps / 1e9, row["ar_ranks"] = c.ar_ranks;
+    if (c.ar_pair_bw_Bps > 0) row["ar_pair_bw_gbps"] = c.ar_pair_bw_Bps / 1e9;
     if (c.small_weight_bytes > 0 && c.weight_bytes > 0) {
       row["weight_mb"] = c.weight_bytes / 1e6, row["small_weight_mb"] = c.small_weight_bytes / 1e6;
       row["small_compute_slowdown"] = c.small_compute_slowdown;
@@ -265,6 +274,15 @@ Rates parse_rates(const std::string& text, const std::string& where) {
       if (row.side_wait_frac > 3) fail(at, ": 'side_wait_frac' must be in [0, 3], got ", row.side_wait_frac);
       row.ag_bw_Bps = c.contains("ag_bw_gbps") ? positive(c, "ag_bw_gbps", at) * 1e9 : 0.0;     // optional
       row.a2a_bw_Bps = c.contains("a2a_bw_gbps") ? positive(c, "a2a_bw_gbps", at) * 1e9 : 0.0;  // optional
+      if (c.contains("ar_bw_gbps")) {  // optional, with the group it measured
+        row.ar_bw_Bps = positive(c, "ar_bw_gbps", at) * 1e9;
+        const double ranks = positive(c, "ar_ranks", at);
+        if (ranks < 2 || ranks != std::floor(ranks))
+          fail(at, ": 'ar_ranks' must be a whole number >= 2, got ", ranks);
+        row.ar_ranks = int(ranks);
+      }
+      row.ar_pair_bw_Bps =
+          c.contains("ar_pair_bw_gbps") ? positive(c, "ar_pair_bw_gbps", at) * 1e9 : 0.0;  // optional
       if (c.contains("small_weight_mb")) {  // optional: the slowdown of smaller weights
         row.weight_bytes = positive(c, "weight_mb", at) * 1e6;
         row.small_weight_bytes = positive(c, "small_weight_mb", at) * 1e6;

@@ -63,6 +63,12 @@ struct Contention {
   // Per rank, a large collective inside a host at this many ranks per core, measured (0: not):
   // an all-gather's ring β and an all-to-all's β (bytes leaving a rank over its time).
   double ag_bw_Bps = 0, a2a_bw_Bps = 0;
+  // The engine's all-reduce (Communicator::all_reduce_sum) of a large f32 vector inside a host at
+  // this many ranks per core, per rank: the vector's bytes over the call's time (0: not measured).
+  // Over all `ar_ranks` ranks of the host, and over pairs of them at once (ar_pair_bw_Bps; the same
+  // call where the host has 2 ranks).
+  double ar_bw_Bps = 0, ar_pair_bw_Bps = 0;
+  int ar_ranks = 0;
   double wait_after(double compute_s) const;
 };
 
@@ -113,6 +119,9 @@ struct Rates {
   // it, the nearest such row beyond them; 0 when none did.
   double ag_bw_at(double ranks_per_core) const;
   double a2a_bw_at(double ranks_per_core) const;  // as ag_bw_at, from the rows that measured it
+  // As ag_bw_at, the measured all-reduce bandwidth of a group of `ranks` ranks inside a host: from
+  // the rows that measured a group of that size (the host's ranks, or pairs); 0 when none did.
+  double ar_bw_at(double ranks_per_core, int ranks) const;
   // Adds a measured row, replacing one at the same ranks per core; keeps the rows sorted.
   void set_contention(const Contention& c);
 };

@@ -235,6 +235,8 @@ struct Step {
   double speed = 1, b = 2, wb = 4;
   Link intra, inter;  // intra: the all-to-alls' bandwidth where the rates measured it at this density
   Link intra_ag;      // intra for the all-gathers: their measured bandwidth where the rates have it
+  // Ranks per core at which one host's all-reduces take the rates' measurement (-1: none).
+  double ar_rpc = -1;
   Group ep, fs, dfs, world;
   int64_t El = 1, n = 1, Tc = 1, Rc = 1;
 
@@ -269,7 +271,11 @@ struct Step {
   // ranks or more, (G-1)·n >= kSplitAllReduceBytes), an all-to-all of the parts (a reduce-scatter),
   // the rank-order sum of G parts (n bytes read, n/G written) and an all-gather of the parts; else an
   // all-gather of the whole vectors and the sum of all G of them on every rank. `cost`: the
-  // collectives; `extra`: the sums; the CPU seconds.
+  // collectives; `extra`: the sums; the CPU seconds. Inside one host, where the rates measured the
+  // engine's all-reduce of a group of this size at this many ranks per core (Rates::ar_bw_at), the
+  // whole call is priced at that bandwidth instead (β = n / bw, with the parts' α; no separate
+  // sums): at 2 ranks per core its parts, sums and copies take turns on the cores, and the parts'
+  // sum priced a 16 MiB all-reduce over 4 ranks at 5.8 ms where it took 8.5-8.9 (docs/distributed.md).
   struct AllReduce {
     Cost cost;
     double extra = 0, cpu = 0;
@@ -281,12 +287,18 @@ struct Step {
       a.cost = all_gather(g, n, intra_ag, inter);
       a.extra = copy_s(G * n + n);
       a.cpu = cpu_of(g, a.cost, n * (G - 1));  // each rank's whole vector to each of the G-1 others
-      return a;
+    } else {
+      const Cost rs = all_to_all(A2AAlgo::flat, g, n, intra, inter),
+                 ag = all_gather(g, n / G, intra_ag, inter);
+      a.cost = {rs.alpha_s + ag.alpha_s, rs.beta_s + ag.beta_s};
+      a.extra = copy_s(n + n / G);
+      a.cpu = cpu_of(g, rs, n * (G - 1) / G) + cpu_of(g, ag, n * (G - 1) / G);
     }
-    const Cost rs = all_to_all(A2AAlgo::flat, g, n, intra, inter), ag = all_gather(g, n / G, intra_ag, inter);
-    a.cost = {rs.alpha_s + ag.alpha_s, rs.beta_s + ag.beta_s};
-    a.extra = copy_s(n + n / G);
-    a.cpu = cpu_of(g, rs, n * (G - 1) / G) + cpu_of(g, ag, n * (G - 1) / G);
+    const double bw = ar_rpc >= 0 && g.hosts() == 1 && g.size > 1 ? r.ar_bw_at(ar_rpc, g.size) : 0;
+    if (bw > 0) {
+      a.cost.beta_s = n / bw, a.extra = 0;
+      a.cpu = a.cost.beta_s;  // copies and sums: the rank's own CPU work
+    }
     return a;
   }
   double local_sort_s(double rows) const {  // ep_sort_local + ep_unsort_local: the buffer in, the rows out
@@ -342,6 +354,7 @@ Step make_step(const LayerShape& L, const Layout& lay, const Cluster& cl, const 
     const double ag = r.ag_bw_at(rpc), a2a = r.a2a_bw_at(rpc);
     if (ag > 0) s.intra_ag.bw_Bps = ag;
     if (a2a > 0) s.intra.bw_Bps = a2a;
+    s.ar_rpc = rpc;
   }
   s.inter = cl.inter;
   s.inter.sync_s = cl.sync_given ? cl.intra.sync_s : 0;

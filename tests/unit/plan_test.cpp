@@ -834,6 +834,67 @@ TEST(PlanStep, MeasuredAllToAllBandwidthPricesTheAllToAlls) {
   EXPECT_EQ(rates_json(with_a2a(0)).find("a2a_bw_gbps"), std::string::npos);
 }
 
+TEST(PlanStep, MeasuredAllReduceBandwidthPricesOneHostsAllReduces) {
+  // 4 ranks on 2 cores; the expert gradients' all-reduce over data=4 at a size that splits (D 2048:
+  // 2 MiB per weight). Where the contention row measured the engine's all-reduce over the host's 4
+  // ranks, each of the three is priced at it: β = n / bw, the parts' α (an all-to-all of 3
+  // messages, then the all-gather the halved link picks: recursive doubling, 2 steps), and no sums
+  // of their own. A group of 2 takes the row's pairs; without the row, or across hosts, the parts.
+  Cluster cl;
+  cl.cores = 2, cl.ranks_per_host = 4;
+  LayerShape L = small_layer();
+  L.D = 2048;
+  Contention c = row(2, {0}, {0});
+  c.ar_bw_Bps = 0.25e9, c.ar_ranks = 4, c.ar_pair_bw_Bps = 0.5e9;
+  const Rates measured = with_row(round_rates(), c), parts = with_row(round_rates(), row(2, {0}, {0}));
+  ModelOptions sliced;
+  sliced.others_busy = 1;
+  auto grads = [&](const Layout& l, const Cluster& on, const Rates& r) {
+    return predict_step(L, l, on, r, sliced).terms.at("grad:experts");
+  };
+  Layout d4;
+  d4.data = 4;
+  const double n4 = 8.0 * 2048 * 32 * 4;  // one weight's f32 gradient
+  const Link halved{0.5e9, 1e-6};
+  const Group g4 = make_group(4, 1, 4);
+  ASSERT_TRUE(Communicator::all_reduce_splits(4, size_t(n4 / 4)));
+  const double alpha4 =
+      all_to_all(A2AAlgo::flat, g4, n4, halved, {}).alpha_s + all_gather(g4, n4 / 4, halved, {}).alpha_s;
+  EXPECT_NEAR(alpha4, 5e-6, 1e-15);
+  EXPECT_NEAR(grads(d4, cl, measured), 3 * (alpha4 + n4 / 0.25e9), 1e-12);
+  EXPECT_GT(std::fabs(grads(d4, cl, parts) - grads(d4, cl, measured)), 1e-4);
+  // data 2 x expert 2: pairs of ranks 2 apart inside the host, 4 experts' gradient each (no split).
+  Layout d2e2;
+  d2e2.data = 2, d2e2.expert = 2;
+  const double n2 = n4 / 2;
+  const double alpha2 = all_gather(make_group(2, 2, 4), n2, halved, {}).alpha_s;
+  EXPECT_NEAR(grads(d2e2, cl, measured), 3 * (alpha2 + n2 / 0.5e9), 1e-12);
+  // Across hosts (2 hosts of 2 ranks on 1 core each) the measurement inside a host does not apply.
+  Cluster two_hosts;
+  two_hosts.hosts = 2, two_hosts.cores = 1, two_hosts.ranks_per_host = 2, two_hosts.inter = kInter;
+  EXPECT_DOUBLE_EQ(grads(d4, two_hosts, measured), grads(d4, two_hosts, parts));
+  // Lookups: by the group's size (pairs from ar_pair_bw, and from a row whose host had 2 ranks),
+  // linear between rows; files keep the fields, and an all-reduce bandwidth names its group.
+  Rates rows = measured;
+  Contention one = row(1, {0}, {0});
+  one.ar_bw_Bps = one.ar_pair_bw_Bps = 1e9, one.ar_ranks = 2;
+  rows.set_contention(one);
+  EXPECT_NEAR(rows.ar_bw_at(1.5, 2), 0.75e9, 1e-3);
+  EXPECT_NEAR(rows.ar_bw_at(1.5, 4), 0.25e9, 1e-3);
+  EXPECT_DOUBLE_EQ(rows.ar_bw_at(2, 3), 0.0);
+  const Rates back = parse_rates(rates_json(rows), "mem");
+  EXPECT_NEAR(back.ar_bw_at(1.5, 2), 0.75e9, 1e-3);
+  EXPECT_NEAR(back.ar_bw_at(2, 4), 0.25e9, 1e-3);
+  EXPECT_EQ(rates_json(parts).find("ar_bw_gbps"), std::string::npos);  // not measured: not written
+  std::string text = rates_json(rows);
+  const std::string field = "\"ar_ranks\": 4";
+  ASSERT_NE(text.find(field), std::string::npos) << text;
+  text.replace(text.find(field), field.size(), "\"ar_ranks\": 1.5");
+  EXPECT_NE(
+      error_of([&] { parse_rates(text, "r.json"); }).find("'ar_ranks' must be a whole number >= 2, got 1.5"),
+      std::string::npos);
+}
+
 TEST(PlanStep, MeasuredAllGatherBandwidthPricesTheGathersOnly) {
   // 4 ranks on 2 cores (2 ranks per core): the intra link's bandwidth is halved for the half core
   // (1 GB/s -> 0.5), unless the contention row measured the all-gather's own: then every
