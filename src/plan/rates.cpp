@@ -123,8 +123,13 @@ double Rates::a2a_bw_at(double rpc) const { return measured_bw_at(contention, rp
 
 double Rates::ar_bw_at(double rpc, int ranks) const {
   std::vector<Contention> rows = contention;
-  for (Contention& c : rows)
+  double first = 0;  // ranks per core of the first row that measured this group size
+  for (Contention& c : rows) {
     c.ar_bw_Bps = c.ar_ranks == ranks ? c.ar_bw_Bps : ranks == 2 ? c.ar_pair_bw_Bps : 0;
+    if (c.ar_bw_Bps > 0 && first == 0) first = c.ranks_per_core;
+  }
+  // A group measured only where ranks shared cores says nothing of fewer ranks per core.
+  if (first > 1 && rpc < first) return 0;
   return measured_bw_at(rows, rpc, &Contention::ar_bw_Bps);
 }
 

@@ -120,7 +120,8 @@ struct Rates {
   double ag_bw_at(double ranks_per_core) const;
   double a2a_bw_at(double ranks_per_core) const;  // as ag_bw_at, from the rows that measured it
   // As ag_bw_at, the measured all-reduce bandwidth of a group of `ranks` ranks inside a host: from
-  // the rows that measured a group of that size (the host's ranks, or pairs); 0 when none did.
+  // the rows that measured a group of that size (the host's ranks, or pairs); 0 when none did, and
+  // below the first such row where that row's ranks shared cores (more than 1 rank per core).
   double ar_bw_at(double ranks_per_core, int ranks) const;
   // Adds a measured row, replacing one at the same ranks per core; keeps the rows sorted.
   void set_contention(const Contention& c);

@@ -880,7 +880,9 @@ TEST(PlanStep, MeasuredAllReduceBandwidthPricesOneHostsAllReduces) {
   one.ar_bw_Bps = one.ar_pair_bw_Bps = 1e9, one.ar_ranks = 2;
   rows.set_contention(one);
   EXPECT_NEAR(rows.ar_bw_at(1.5, 2), 0.75e9, 1e-3);
-  EXPECT_NEAR(rows.ar_bw_at(1.5, 4), 0.25e9, 1e-3);
+  EXPECT_NEAR(rows.ar_bw_at(0.5, 2), 1e9, 1e-3);   // below a row of a core per rank: that row's
+  EXPECT_NEAR(rows.ar_bw_at(3, 4), 0.25e9, 1e-3);  // beyond the last row: its value
+  EXPECT_DOUBLE_EQ(rows.ar_bw_at(1.5, 4), 0.0);    // 4 ranks measured only at 2 ranks per core
   EXPECT_DOUBLE_EQ(rows.ar_bw_at(2, 3), 0.0);
   const Rates back = parse_rates(rates_json(rows), "mem");
   EXPECT_NEAR(back.ar_bw_at(1.5, 2), 0.75e9, 1e-3);
