@@ -369,7 +369,7 @@ Contention contention_probe(const CalibrateOptions& o, Communicator& world, int 
     // validation's layer: 8 x 1024 x 512) over the host's ranks, then over pairs of them at once
     // where a host has 4 or more: per rank, the vector's bytes over the call's time. The step's
     // all-reduces inside a host of that many ranks (or pairs) are priced at it: at 2 ranks per core
-    // the α–β sum of its parts priced this one at 5.8 ms where it took 8.5-8.9 (docs/distributed.md).
+    // the α–β sum of its parts priced this one at 5.8 ms where it took 7.9-10.0 (docs/distributed.md).
     // Fresh vectors each call (two pairs in turn), as the step's gradients come from memory.
     const size_t nf = size_t(n) * 2 / sizeof(float);
     std::vector<std::unique_ptr<bench::EngineBytes>> ar_in, ar_out;

@@ -275,7 +275,7 @@ struct Step {
   // engine's all-reduce of a group of this size at this many ranks per core (Rates::ar_bw_at), the
   // whole call is priced at that bandwidth instead (β = n / bw, with the parts' α; no separate
   // sums): at 2 ranks per core its parts, sums and copies take turns on the cores, and the parts'
-  // sum priced a 16 MiB all-reduce over 4 ranks at 5.8 ms where it took 8.5-8.9 (docs/distributed.md).
+  // sum priced a 16 MiB all-reduce over 4 ranks at 5.8 ms where it took 7.9-10.0 (docs/distributed.md).
   struct AllReduce {
     Cost cost;
     double extra = 0, cpu = 0;
