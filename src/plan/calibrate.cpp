@@ -382,14 +382,16 @@ Contention contention_probe(const CalibrateOptions& o, Communicator& world, int 
                              reinterpret_cast<float*>(ar_out[size_t(i % 2)]->data()), nf);
       });
     };
-    ar_ms = all_reduce_s(*host) * 1e3;
-    ct.ar_bw_Bps = double(nf * sizeof(float)) / (ar_ms * 1e-3), ct.ar_ranks = H;
+    const double s_all = all_reduce_s(*host), ar_bytes = double(nf * sizeof(float));
+    ct.ar_bw_Bps = ar_bytes / std::max(s_all, 1e-9), ct.ar_ranks = H;
+    ar_ms = s_all * 1e3;
     if (H == 2) {
       ct.ar_pair_bw_Bps = ct.ar_bw_Bps, ar_pair_ms = ar_ms;
     } else if (H % 2 == 0) {
       std::unique_ptr<Communicator> pair = host->split(host->rank() / 2, host->rank());
-      ar_pair_ms = all_reduce_s(*pair) * 1e3;
-      ct.ar_pair_bw_Bps = double(nf * sizeof(float)) / (ar_pair_ms * 1e-3);
+      const double s_pair = all_reduce_s(*pair);
+      ct.ar_pair_bw_Bps = ar_bytes / std::max(s_pair, 1e-9);
+      ar_pair_ms = s_pair * 1e3;
     }
   }
   // Side engine: a polled all-to-all of one chunk's rows (T·K rows of D), compute thread idle or busy.
