@@ -179,7 +179,8 @@ def cpu_info():
                     flags = set(line.split(":", 1)[1].split())
     except OSError:
         pass
-    level = "avx512_bf16" if "avx512_bf16" in flags else "avx512" if "avx512f" in flags else \
+    level = "amx_bf16" if {"amx_bf16", "amx_tile", "avx512_bf16"} <= flags else \
+        "avx512_bf16" if "avx512_bf16" in flags else "avx512" if "avx512f" in flags else \
         "avx2" if "avx2" in flags and "fma" in flags else "other"
     return {"model": model, "level": level, "cores": len(os.sched_getaffinity(0))}
 

@@ -12,7 +12,7 @@ iters=${1:-5}
 out=${2:-out/bench_levels}
 mkdir -p "$out"
 source scripts/levels.sh
-for level in avx2 avx512 avx512_bf16 neon neon_bf16; do
+for level in avx2 avx512 avx512_bf16 amx_bf16 neon neon_bf16; do
   if ! MOE_GEMM_ISA=$level build/moe --help >/dev/null 2>&1; then
     echo "== $level: skipped (this CPU or build lacks it)"
     continue

@@ -15,7 +15,7 @@ iters=${1:-3}
 out=${2:-out/bench_models}
 shift $(($# >= 2 ? 2 : $#))
 levels=("$@")
-((${#levels[@]})) || levels=(avx2 avx512 avx512_bf16 neon neon_bf16)
+((${#levels[@]})) || levels=(avx2 avx512 avx512_bf16 amx_bf16 neon neon_bf16)
 mkdir -p "$out"
 mapfile -t cases < <(build/moe bench --list | awk '/\[model\]/ {print $1}')
 source scripts/levels.sh

@@ -6,6 +6,7 @@ onednn_isa() {
     avx2) echo AVX2 ;;
     avx512) echo AVX512_CORE ;;
     avx512_bf16) echo AVX512_CORE_BF16 ;;
+    amx_bf16) echo AVX512_CORE_AMX ;;
     *) echo ALL ;;
   esac
 }

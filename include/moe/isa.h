@@ -22,15 +22,25 @@ namespace moe {
 
 // The numbers order the levels of one architecture (lowest first): the MPI agreement takes the
 // lowest of all ranks, and ranks of one job run one build, so one architecture.
-enum class Isa : int { reference = 0, avx2 = 1, avx512 = 2, avx512_bf16 = 3, neon = 4, neon_bf16 = 5 };
+// amx_bf16 came later, so its number is past the Arm levels; it is the highest x86 level.
+enum class Isa : int {
+  reference = 0,
+  avx2 = 1,
+  avx512 = 2,
+  avx512_bf16 = 3,
+  neon = 4,
+  neon_bf16 = 5,
+  amx_bf16 = 6
+};
 
-// Names as in MOE_GEMM_ISA: "reference", "avx2", "avx512", "avx512_bf16", "neon", "neon_bf16".
+// Names as in MOE_GEMM_ISA: "reference", "avx2", "avx512", "avx512_bf16", "amx_bf16", "neon",
+// "neon_bf16".
 const char* isa_name(Isa isa);
 std::optional<Isa> isa_from_name(std::string_view name);
 // "reference, avx2, ..." (for messages).
 std::string isa_list(const std::vector<Isa>& levels);
 
-// Every level, lowest first.
+// Every level, lowest first within an architecture (x86 levels, then Arm's).
 std::vector<Isa> isa_all();
 // The levels this CPU runs and this build has kernels for, lowest first (reference always).
 std::vector<Isa> isa_available();

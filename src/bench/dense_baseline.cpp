@@ -30,7 +30,7 @@ DType dense_compute_dtype(DType layer_dtype, std::string& why) {
     why = std::string(dtype_name(layer_dtype)) + " layer: a matmul in its dtype";
     return layer_dtype;
   }
-  if (isa == Isa::avx512_bf16 || isa == Isa::neon_bf16) {
+  if (isa == Isa::avx512_bf16 || isa == Isa::amx_bf16 || isa == Isa::neon_bf16) {
     why = std::string("bf16 layer at kernel level ") + isa_name(isa) + ": native bf16 dot products";
     return DType::bf16;
   }

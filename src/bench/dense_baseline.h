@@ -4,8 +4,8 @@
 // GFLOP/s compares like with like.
 //
 // The rule (docs/benchmarks.md, "The dense baseline"): the baseline computes
-// in the dtype the active kernel level computes in. bf16 only at avx512_bf16
-// and neon_bf16 (native bf16 dot products); at avx2, avx512, neon and
+// in the dtype the active kernel level computes in. bf16 only at avx512_bf16,
+// amx_bf16 and neon_bf16 (native bf16 dot products); at avx2, avx512, neon and
 // reference a bf16 layer widens bf16 to f32, so its baseline is an f32 matmul
 // of the same FLOPs.
 // When the library has no bf16 matmul here (e.g. ONEDNN_MAX_CPU_ISA=AVX2),

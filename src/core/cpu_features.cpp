@@ -6,6 +6,10 @@
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
 #endif
+#if defined(__x86_64__) && defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 #if defined(__aarch64__) && defined(__linux__)
 #include <sys/auxv.h>
 #include <sys/prctl.h>
@@ -20,6 +24,20 @@ bool os_saves(unsigned mask) {
   unsigned eax = 0, edx = 0;
   __asm__ volatile("xgetbv" : "=a"(eax), "=d"(edx) : "c"(0));
   return (eax & mask) == mask;
+}
+
+// Linux hands out the AMX tile data state (XFEATURE 18, 8 KiB per thread) only to a process that
+// asks for it (arch_prctl ARCH_REQ_XCOMP_PERM, kernel 5.16 on); without it the first tile
+// instruction faults. The permission is the process's, for every thread, and asking again is
+// harmless. It fails where the kernel is older or the threads' alternate signal stacks are too
+// small for the larger signal frame; the tile level is then not offered.
+bool os_grants_tile_data() {
+#if defined(__x86_64__) && defined(__linux__)
+  constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+  return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+#else
+  return false;
+#endif
 }
 
 void detect_x86(CpuFeatures& f) {
@@ -42,6 +60,9 @@ void detect_x86(CpuFeatures& f) {
     f.avx512bw = zmm && (b & (1u << 30));
     f.avx512vl = zmm && (b & (1u << 31));
     const unsigned sub_leaves = a;
+    const bool amx_tile = d & (1u << 24), amx_bf16 = d & (1u << 22);
+    f.amx_bf16 = f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq && amx_tile && amx_bf16 && osxsave &&
+                 os_saves(0x60000) && os_grants_tile_data();
     if (sub_leaves >= 1) {
       __cpuid_count(7, 1, a, b, c, d);
       f.avx512_bf16 = zmm && (a & (1u << 5));
@@ -113,8 +134,8 @@ std::vector<std::string> CpuFeatures::names() const {
   const std::pair<bool, const char*> all[] = {
       {avx2, "avx2"},         {fma, "fma"},           {f16c, "f16c"},         {avx512f, "avx512f"},
       {avx512bw, "avx512bw"}, {avx512vl, "avx512vl"}, {avx512dq, "avx512dq"}, {avx512_bf16, "avx512_bf16"},
-      {asimd, "asimd"},       {fphp, "fphp"},         {bf16, "bf16"},         {i8mm, "i8mm"},
-      {sve, "sve"},           {sve2, "sve2"}};
+      {amx_bf16, "amx_bf16"}, {asimd, "asimd"},       {fphp, "fphp"},         {bf16, "bf16"},
+      {i8mm, "i8mm"},         {sve, "sve"},           {sve2, "sve2"}};
   for (auto [on, name] : all)
     if (on) out.emplace_back(name);
   return out;

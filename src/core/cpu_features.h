@@ -17,6 +17,10 @@ struct CpuFeatures {
   // x86-64 features the kernels use.
   bool avx2 = false, fma = false, f16c = false;
   bool avx512f = false, avx512bw = false, avx512vl = false, avx512dq = false, avx512_bf16 = false;
+  // AMX tiles with the bf16 tile multiply (TDPBF16PS), the OS saving the tile state (XCR0 bits 17-18)
+  // and, on Linux, the kernel granting this process the tile data (arch_prctl ARCH_REQ_XCOMP_PERM,
+  // asked once here): set only when the tiles can run.
+  bool amx_bf16 = false;
   // AArch64 features (HWCAP names): AdvSIMD, half-precision arithmetic, BFDOT/BFMMLA, the int8
   // matrix multiply, SVE and SVE2, and the SVE vector length this thread runs with (0: no SVE).
   bool asimd = false, fphp = false, bf16 = false, i8mm = false, sve = false, sve2 = false;

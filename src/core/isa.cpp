@@ -11,7 +11,8 @@
 namespace moe {
 namespace {
 
-constexpr const char* kNames[] = {"reference", "avx2", "avx512", "avx512_bf16", "neon", "neon_bf16"};
+constexpr const char* kNames[] = {"reference", "avx2",      "avx512",  "avx512_bf16",
+                                  "neon",      "neon_bf16", "amx_bf16"};
 
 // Whether this build has the x86 kernel tables (src/kernels/x86/, x86-64 only).
 constexpr bool kX86Kernels =
@@ -39,6 +40,8 @@ bool isa_supported(Isa isa) {
     case Isa::avx2: return kX86Kernels && avx2;
     case Isa::avx512: return kX86Kernels && avx512;
     case Isa::avx512_bf16: return kX86Kernels && avx512 && f.avx512_bf16;
+    case Isa::amx_bf16:
+      return kX86Kernels && avx512 && f.avx512_bf16 && f.amx_bf16;
     case Isa::neon: return kArmKernels && f.asimd;
     case Isa::neon_bf16: return kArmKernels && f.asimd && f.bf16;
   }
@@ -67,7 +70,7 @@ std::string isa_list(const std::vector<Isa>& levels) {
 }
 
 std::vector<Isa> isa_all() {
-  return {Isa::reference, Isa::avx2, Isa::avx512, Isa::avx512_bf16, Isa::neon, Isa::neon_bf16};
+  return {Isa::reference, Isa::avx2, Isa::avx512, Isa::avx512_bf16, Isa::amx_bf16, Isa::neon, Isa::neon_bf16};
 }
 
 std::vector<Isa> isa_available() {

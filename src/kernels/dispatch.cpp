@@ -13,6 +13,7 @@ namespace x86 {
 const kernels::Table& table_avx2();
 const kernels::Table& table_avx512();
 const kernels::Table& table_avx512_bf16();
+const kernels::Table& table_amx_bf16();
 }  // namespace x86
 #endif
 #if defined(MOE_HAVE_ARM_KERNELS)
@@ -47,6 +48,8 @@ const Table& table(Isa isa) {
     case Isa::avx2: return x86::table_avx2();
     case Isa::avx512: return x86::table_avx512();
     case Isa::avx512_bf16: return x86::table_avx512_bf16();
+    case Isa::amx_bf16:
+      return x86::table_amx_bf16();
 #endif
 #if defined(MOE_HAVE_ARM_KERNELS)
     case Isa::neon: return arm::table_neon();

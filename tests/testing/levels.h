@@ -18,7 +18,7 @@ namespace moe::testing {
 // Every level, and the fast ones (all but the reference twin itself).
 inline std::vector<Isa> all_levels() { return isa_all(); }
 inline std::vector<Isa> fast_levels() {
-  return {Isa::avx2, Isa::avx512, Isa::avx512_bf16, Isa::neon, Isa::neon_bf16};
+  return {Isa::avx2, Isa::avx512, Isa::avx512_bf16, Isa::amx_bf16, Isa::neon, Isa::neon_bf16};
 }
 
 inline Isa level_of(Isa isa) { return isa; }

@@ -63,7 +63,9 @@ TEST(CliBench, TinyWritesTheContractedJson) {
   EXPECT_FALSE(dense.at("why").get<std::string>().empty());
 #ifdef MOE_HAVE_ONEDNN
   EXPECT_EQ(dense.at("impl"), "onednn");
-  EXPECT_EQ(dense.at("dtype"), active_isa() == Isa::avx512_bf16 ? "bf16" : "f32") << dense.dump();
+  EXPECT_EQ(dense.at("dtype"),
+            active_isa() == Isa::avx512_bf16 || active_isa() == Isa::amx_bf16 ? "bf16" : "f32")
+      << dense.dump();
 #else
   EXPECT_EQ(dense.at("impl"), "grouped_gemm");
   EXPECT_NE(dense.at("why").get<std::string>().find("oneDNN is not compiled in"), std::string::npos);
@@ -119,14 +121,14 @@ TEST(CliBench, ShapeOverrideChangesTheCase) {
 }
 
 // The baseline computes in the dtype the kernel level computes in: bf16 only at the levels with a
-// bf16 dot product (avx512_bf16, neon_bf16).
+// bf16 dot product (avx512_bf16, amx_bf16, neon_bf16).
 TEST(BenchDenseBaseline, DtypeFollowsTheKernelLevel) {
   for (Isa level : isa_available()) {
     ScopedIsa scoped(level);
     std::string why;
     EXPECT_EQ(dense_compute_dtype(DType::f32, why), DType::f32) << isa_name(level);
     const DType bf16_layer = dense_compute_dtype(DType::bf16, why);
-    const bool native = level == Isa::avx512_bf16 || level == Isa::neon_bf16;
+    const bool native = level == Isa::avx512_bf16 || level == Isa::amx_bf16 || level == Isa::neon_bf16;
     EXPECT_EQ(bf16_layer, native ? DType::bf16 : DType::f32) << isa_name(level);
     EXPECT_NE(why.find(isa_name(level)), std::string::npos) << why;
     DenseRate rate = dense_matmul_rate(32, 16, 24, DType::bf16, 1);
@@ -197,7 +199,7 @@ TEST(CliBench, OnednnWithoutBf16FallsBackToF32) {
   EXPECT_EQ(dense.at("dtype"), "f32");
   EXPECT_GT(doc.at("results").at(0).at("dense_gflops").get<double>(), 0.0);
   EXPECT_EQ(doc.at("results").at(0).at("dense_dtype"), "f32");
-  if (active_isa() == Isa::avx512_bf16)  // else the level alone already picks f32
+  if (active_isa() == Isa::avx512_bf16 || active_isa() == Isa::amx_bf16)  // else the level alone picks f32
     EXPECT_NE(dense.at("why").get<std::string>().find("ONEDNN_MAX_CPU_ISA=AVX2"), std::string::npos)
         << dense.dump();
   EXPECT_NE(r.out.find("dense baseline: oneDNN f32 matmul"), std::string::npos) << r.out;

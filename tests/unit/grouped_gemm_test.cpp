@@ -341,6 +341,9 @@ TEST_P(GroupedGemm, RowIndependenceIsExact) {
   check_row_independence(DType::bf16, DType::bf16, 67, 130);
   check_row_independence(DType::bf16, DType::f32, 33, 17);
   check_row_independence(DType::f32, DType::f32, 40, 70);
+  // A reduction of several slices and a tail step, columns in two blocks with a short last panel
+  // (amx_bf16's schedule: kernels/x86/kernels_amx_bf16.cpp).
+  check_row_independence(DType::bf16, DType::bf16, 1000, 300);
 }
 
 // Large groups: gmm / gmm_dlhs split a group's rows over several tasks, and
@@ -518,7 +521,8 @@ void check_set_stride_copy(DType in, DType out_t, int64_t len, bool expect_copy)
 
 TEST_P(GroupedGemm, ACopyOffTheSetStrideKeepsTheBits) {
   const Isa isa = GetParam();
-  const bool twelve_rows = isa == Isa::avx512 || isa == Isa::avx512_bf16;  // their f32 tiles
+  const bool twelve_rows =
+      isa == Isa::avx512 || isa == Isa::avx512_bf16 || isa == Isa::amx_bf16;  // their f32 tiles
   check_set_stride_copy(DType::f32, DType::f32, 1024, twelve_rows);   // 4 KiB rows
   check_set_stride_copy(DType::f32, DType::f32, 2048, twelve_rows);   // 8 KiB rows
   check_set_stride_copy(DType::f32, DType::f32, 1040, false);         // 4 KiB + 64: in place everywhere

@@ -1,0 +1,485 @@
+// The amx_bf16 level: the avx512_bf16 level with its bf16 GEMMs (gmm, gmm_pair, gmm_dlhs,
+// gmm_dlhs_add, gmm_drhs) on AMX tiles: TDPBF16PS multiplies a 16 x 32 bf16 tile of A by a
+// 32 x 16 tile of B (bf16 pairs along the reduction, the layout of avx512_bf16's packed panels)
+// into a 16 x 16 f32 tile. f32 GEMMs and the row primitives are avx512_bf16's.
+//
+// Bits. Every output element is one chain over its reduction in tile steps of 32 elements (16
+// pairs) in increasing order from +0, each step one TDPBF16PS; the last step of a reduction that
+// is not a whole number of steps runs on zeros past its end (A and B both). A chain depends only on
+// its row of A, its column of B and the length: never on the tile or row block a row lands in, the
+// column block, the reduction slices (the f32 sums are stored and reloaded exactly between them) or
+// the thread, so row independence, fused = split = expert parallelism hold here as at every level.
+// The weight gradient's chains run over a group's rows from its first row. TDPBF16PS flushes bf16
+// denormal inputs and f32 denormal results to zero, as vdpbf16ps does; its sums of pairs round as
+// the hardware rounds them, so this level's bits differ from avx512_bf16's (within the bound).
+//
+// Schedule. Tasks are (problem, block of kTaskPanels panels of 32 columns, block of rows); a task
+// walks the reduction in slices of kSliceSteps steps: it packs the slice of each of its panels
+// (16 KiB a panel, L1), then for each panel runs every 32-row block of its rows against it (C tiles
+// reloaded from and stored to the task's f32 sums, L2), so B is read from L1 and A, read in place
+// with its own row stride, from L2. The epilogue writes the sums to the output (rounded to bf16, or
+// f32, plus an addend) once the last slice has run.
+// clang-format off: the order matters (every shared header before the target region opens).
+#include "kernels/x86/kernel_headers.h"
+
+#include "kernels/x86/target_amx_bf16.h"
+
+#include "kernels/x86/simd_avx512.h"
+#include "kernels/simd/gemm_impl.h"
+// clang-format on
+
+namespace moe::x86 {
+
+const kernels::Table& table_avx512_bf16();
+
+namespace {
+using namespace simd;
+using V = Avx512;
+
+constexpr int64_t kStepWords = 16;              // words (bf16 pairs) of an A row per tile step
+constexpr int64_t kStepBytes = 4 * kStepWords;  // one 64-byte tile row
+constexpr int64_t kPanel = 32;                  // output columns per panel: two C tiles
+constexpr int64_t kBlock = 32;                  // output rows per row block: two C tiles
+constexpr int64_t kPanelRowBytes = 4 * kPanel;  // a packed B row: 32 words
+constexpr int64_t kSliceSteps = 8;              // tile steps per reduction slice (256 elements)
+constexpr int64_t kSliceWords = kSliceSteps * kStepWords * kPanel;  // a panel's slice: 16 KiB
+constexpr int64_t kTaskPanels = 8;                                  // panels per task (256 columns)
+constexpr int64_t kSumsLd = kTaskPanels * kPanel;                   // row stride of a task's f32 sums
+constexpr int64_t kTaskRowsMax = 512, kTaskRowsMin = 64;
+
+// Palette 1, tiles 0-7 all 16 rows x 64 bytes: 0-3 the C tiles of a 32 x 32 block (rows 0-15 x
+// columns 0-15, 0-15 x 16-31, 16-31 x 0-15, 16-31 x 16-31), 4-5 A (rows 0-15, 16-31), 6-7 B
+// (columns 0-15, 16-31).
+struct alignas(64) TileConfig {
+  uint8_t palette = 1, start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+
+// The tile configuration for a scope; released at its end, so a thread holds no tile state
+// between calls (the state is 8 KiB per thread in every context switch and signal frame).
+class Tiles {
+ public:
+  Tiles() {
+    TileConfig c;
+    for (int t = 0; t < 8; ++t) c.colsb[t] = uint16_t(kStepBytes), c.rows[t] = 16;
+    // The intrinsics' asm names only the first 8 bytes of the configuration (and the tile loads
+    // no memory at all): a compiler barrier keeps every store before them in place.
+    asm volatile("" ::: "memory");
+    _tile_loadconfig(&c);
+  }
+  ~Tiles() { _tile_release(); }
+  Tiles(const Tiles&) = delete;
+  Tiles& operator=(const Tiles&) = delete;
+};
+
+// One GEMM of a call: out rows row0 + [0, rows) = A rows [0, rows) @ the weights of `id`.
+// A: rows of `len` bf16 at a stride of `lda`; rows [lo, hi) (lo <= 0, hi >= rows, hi - lo >= 16) may be
+// read, so a block of fewer than 32 rows loads its 16-row tiles from a window inside them. `padded`:
+// every row holds whole tile steps (zeros past len); else the last step is copied zero-padded.
+struct Problem {
+  const bf16* a;
+  int64_t lda, rows, lo, hi, len;
+  bool padded;
+  int64_t row0, id;
+};
+
+struct Task {
+  int64_t p, panel0, r0, r1;  // problem, first panel, rows [r0, r1) of the problem
+};
+
+// C tiles += the steps of A (tile 4 from a0, tile 5 from a1, rows `lda` bytes apart) and B (rows of
+// 32 words): `n` steps in place, then one from the zero-padded copies t0 / t1 when t0 is set. The
+// C tiles come from and go to `c` (rows `ldc` bytes apart), or start at zero when `zero`.
+// kTwo: a block of more than 16 rows, both A tiles and all four C tiles; else tile 4 and C 0-1.
+template <bool kTwo>
+MOE_INLINE void run_block(const std::byte* a0, const std::byte* a1, ptrdiff_t lda, int64_t n,
+                          const std::byte* t0, const std::byte* t1, const std::byte* b, std::byte* c,
+                          ptrdiff_t ldc, bool zero) {
+  asm volatile("" ::: "memory");  // the packed slice and the tail copies are stored before the tile loads
+  std::byte* c2 = c + 16 * ldc;
+  if (zero) {
+    _tile_zero(0);
+    _tile_zero(1);
+    if constexpr (kTwo) {
+      _tile_zero(2);
+      _tile_zero(3);
+    }
+  } else {
+    _tile_loadd(0, c, ldc);
+    _tile_loadd(1, c + 64, ldc);
+    if constexpr (kTwo) {
+      _tile_loadd(2, c2, ldc);
+      _tile_loadd(3, c2 + 64, ldc);
+    }
+  }
+  for (int64_t s = 0; s < n; ++s) {
+    const std::byte* bs = b + s * kStepWords * kPanelRowBytes;
+    _tile_loadd(6, bs, kPanelRowBytes);
+    _tile_loadd(7, bs + 64, kPanelRowBytes);
+    _tile_loadd(4, a0 + s * kStepBytes, lda);
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(1, 4, 7);
+    if constexpr (kTwo) {
+      _tile_loadd(5, a1 + s * kStepBytes, lda);
+      _tile_dpbf16ps(2, 5, 6);
+      _tile_dpbf16ps(3, 5, 7);
+    }
+  }
+  if (t0) {
+    const std::byte* bs = b + n * kStepWords * kPanelRowBytes;
+    _tile_loadd(6, bs, kPanelRowBytes);
+    _tile_loadd(7, bs + 64, kPanelRowBytes);
+    _tile_loadd(4, t0, kStepBytes);
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(1, 4, 7);
+    if constexpr (kTwo) {
+      _tile_loadd(5, t1, kStepBytes);
+      _tile_dpbf16ps(2, 5, 6);
+      _tile_dpbf16ps(3, 5, 7);
+    }
+  }
+  _tile_stored(0, c, ldc);
+  _tile_stored(1, c + 64, ldc);
+  if constexpr (kTwo) {
+    _tile_stored(2, c2, ldc);
+    _tile_stored(3, c2 + 64, ldc);
+  }
+}
+
+// A row block of a task: rows [r, r + mr) of the problem; its A tiles read rows w[0] + [0, 16) and
+// (two) w[1] + [0, 16).
+struct RowBlock {
+  int64_t r, mr, w[2];
+  bool two;
+};
+
+inline RowBlock row_block(const Problem& pr, int64_t r, int64_t r1) {
+  RowBlock b{r, std::min(kBlock, r1 - r), {0, 0}, false};
+  b.two = b.mr > 16;
+  b.w[0] = b.two ? r : std::min(r, pr.hi - 16);
+  b.w[1] = b.two ? r + b.mr - 16 : b.w[0];
+  return b;
+}
+
+void write_out(float* o, __m512 x, int64_t n) { V::store_n(o, x, n); }
+void write_out(bf16* o, __m512 x, int64_t n) { V::store_bf16_n(o, x, n); }
+
+// Writes a row block's f32 sums (tile t's row i at sums row 16t + i) to the output: the rows the
+// block owns, columns [c, c + nc), plus the addend, rounded to Out.
+template <class Out>
+void epilogue(const Problem& pr, const RowBlock& b, const float* sums, int64_t c, int64_t nc, Out* out,
+              int64_t ldc, Addend add) {
+  for (int t = 0; t < (b.two ? 2 : 1); ++t)
+    for (int64_t i = 0; i < 16; ++i) {
+      const int64_t row = b.w[t] + i;
+      if (row < b.r + 16 * t || row >= b.r + b.mr) continue;
+      const float* s = sums + (16 * t + i) * kSumsLd;
+      const int64_t orow = pr.row0 + row;
+      for (int64_t v = 0; v < kPanel && v < nc; v += V::L) {
+        const int64_t n = std::min<int64_t>(V::L, nc - v);
+        __m512 x = V::load(s + v);
+        if (add.p) x = V::add(x, V::load_n(add.p + orow * add.ld + c + v, n));
+        write_out(out + orow * ldc + c + v, x, n);
+      }
+    }
+}
+
+// Tile steps of a reduction of `len` elements.
+constexpr int64_t steps_of(int64_t len) { return (len + 2 * kStepWords - 1) / (2 * kStepWords); }
+
+// Runs every problem: out (row stride ldc) columns [0, n_out). w.pack(problem, c0, nc, w0, w1, dst)
+// packs words [w0, w1) of the problem's weight columns [c0, c0 + nc) as bf16 pairs into rows of 32
+// words at dst (rows past the reduction and columns past nc zero, up to w1 - w0 rows);
+// w.region(problem, c0, c1, w0, w1) names the bytes that packing reads. While a slice's tiles run,
+// the bytes of the next slice (or of the next task's first) are prefetched, spread over the slice's
+// blocks (simd::Prefetcher), so the weights' DRAM reads overlap the tiles.
+template <class Out, class Weights>
+void amx_gemm(const std::vector<Problem>& probs, int64_t n_out, Out* out, int64_t ldc, Addend add,
+              const Weights& w) {
+  const int64_t panels = (n_out + kPanel - 1) / kPanel;
+  int64_t total = 0;
+  for (const Problem& p : probs) total += p.rows;
+  const int64_t threads = int64_t(ThreadPool::compute().size());
+  const int64_t limit =
+      std::clamp<int64_t>((total / (4 * threads) + kBlock - 1) / kBlock * kBlock, kTaskRowsMin, kTaskRowsMax);
+  std::vector<Task> tasks;
+  for (int64_t p = 0; p < int64_t(probs.size()); ++p) {
+    const int64_t rows = probs[size_t(p)].rows;
+    if (rows == 0) continue;
+    const int64_t n_blocks = (rows + limit - 1) / limit;
+    const int64_t step = ((rows + n_blocks - 1) / n_blocks + kBlock - 1) / kBlock * kBlock;
+    for (int64_t p0 = 0; p0 < panels; p0 += kTaskPanels)
+      for (int64_t r = 0; r < rows; r += step) tasks.push_back({p, p0, r, std::min(rows, r + step)});
+  }
+  parallel_for(int64_t(tasks.size()), 1, [&](int64_t tb, int64_t te) {
+    constexpr int64_t kBlocksMax = kTaskRowsMax / kBlock;
+    uint32_t* bp = scratch(size_t(kTaskPanels * kSliceWords), 0);
+    // The f32 sums of the task's rows and columns, then the zero-padded last steps of its blocks.
+    constexpr int64_t kTailWords = 2 * 16 * kStepWords;
+    uint32_t* buf = scratch(size_t(kTaskRowsMax * kSumsLd + kBlocksMax * kTailWords), 1);
+    float* sums = reinterpret_cast<float*>(buf);
+    uint32_t* tails = buf + kTaskRowsMax * kSumsLd;
+    Tiles tiles;
+    Prefetcher pf;
+    for (int64_t ti = tb; ti < te; ++ti) {
+      const Task& t = tasks[size_t(ti)];
+      const Problem& pr = probs[size_t(t.p)];
+      const int64_t np = std::min(kTaskPanels, panels - t.panel0), c0 = t.panel0 * kPanel;
+      const int64_t P = (pr.len + 1) / 2, S = steps_of(pr.len);
+      const int64_t in_place = pr.padded ? S : pr.len / (2 * kStepWords);  // steps read from A in place
+      const bool tail = S > in_place;
+      const int64_t nb = (t.r1 - t.r0 + kBlock - 1) / kBlock;
+      RowBlock blocks[kBlocksMax];
+      for (int64_t m = 0; m < nb; ++m) {
+        blocks[m] = row_block(pr, t.r0 + m * kBlock, t.r1);
+        if (!tail) continue;
+        // The last step of each A tile's rows, zero past the row's end.
+        const int64_t from = in_place * kStepBytes, bytes = pr.len * 2 - from;
+        for (int k = 0; k < (blocks[m].two ? 2 : 1); ++k)
+          for (int64_t i = 0; i < 16; ++i) {
+            const std::byte* src =
+                reinterpret_cast<const std::byte*>(pr.a + (blocks[m].w[k] + i) * pr.lda) + from;
+            V::store_words(tails + m * kTailWords + (16 * k + i) * kStepWords, V::words_n(src, bytes));
+          }
+      }
+      if (S == 0)  // an empty reduction: zero sums
+        for (int64_t m = 0; m < nb; ++m) std::memset(sums + m * kBlock * kSumsLd, 0, kBlock * kSumsLd * 4);
+      for (int64_t s0 = 0; s0 < S; s0 += kSliceSteps) {
+        const int64_t s1 = std::min(S, s0 + kSliceSteps), w0 = s0 * kStepWords,
+                      w1 = std::min(P, s1 * kStepWords);
+        const int64_t packed = w1 - w0, rows_all = (s1 - s0) * kStepWords;
+        for (int64_t pi = 0; pi < np; ++pi) {
+          uint32_t* dst = bp + pi * kSliceWords;
+          w.pack(pr, c0 + pi * kPanel, std::min(kPanel, n_out - c0 - pi * kPanel), w0, w1, dst);
+          if (packed < rows_all)
+            std::memset(dst + packed * kPanel, 0, size_t((rows_all - packed) * kPanel * 4));
+        }
+        Region next{};
+        if (s1 < S) {
+          next = w.region(pr, c0, c0 + np * kPanel, s1 * kStepWords,
+                          std::min(P, (s1 + kSliceSteps) * kStepWords));
+        } else if (ti + 1 < te) {
+          const Task& nt = tasks[size_t(ti + 1)];
+          const Problem& np_ = probs[size_t(nt.p)];
+          next = w.region(np_, nt.panel0 * kPanel, std::min(n_out, (nt.panel0 + kTaskPanels) * kPanel), 0,
+                          std::min((np_.len + 1) / 2, kSliceSteps * kStepWords));
+        }
+        pf.start(next, np * nb);
+        const int64_t n = std::max<int64_t>(0, std::min(s1, in_place) - s0);
+        const bool last_tail = tail && s1 == S;
+        for (int64_t pi = 0; pi < np; ++pi) {
+          const std::byte* b = reinterpret_cast<const std::byte*>(bp + pi * kSliceWords);
+          for (int64_t m = 0; m < nb; ++m) {
+            const RowBlock& rb = blocks[m];
+            const std::byte* a0 =
+                reinterpret_cast<const std::byte*>(pr.a + rb.w[0] * pr.lda) + s0 * kStepBytes;
+            const std::byte* a1 =
+                reinterpret_cast<const std::byte*>(pr.a + rb.w[1] * pr.lda) + s0 * kStepBytes;
+            const std::byte* t0 =
+                last_tail ? reinterpret_cast<const std::byte*>(tails + m * kTailWords) : nullptr;
+            const std::byte* t1 = t0 ? t0 + 16 * kStepBytes : nullptr;
+            std::byte* c = reinterpret_cast<std::byte*>(sums + m * kBlock * kSumsLd + pi * kPanel);
+            if (rb.two)
+              run_block<true>(a0, a1, pr.lda * 2, n, t0, t1, b, c, kSumsLd * 4, s0 == 0);
+            else
+              run_block<false>(a0, a1, pr.lda * 2, n, t0, t1, b, c, kSumsLd * 4, s0 == 0);
+            pf.ran(1);
+          }
+        }
+      }
+      for (int64_t m = 0; m < nb; ++m)
+        for (int64_t pi = 0; pi < np; ++pi) {
+          const int64_t c = c0 + pi * kPanel;
+          epilogue(pr, blocks[m], sums + m * kBlock * kSumsLd + pi * kPanel, c, std::min(kPanel, n_out - c),
+                   out, ldc, add);
+        }
+    }
+  });
+}
+
+// gmm and gmm_dlhs shape: the groups [goff, goff + n_local) of A [M, len] (rows contiguous), one
+// problem each. A tensor of fewer than 16 rows is read from a zero-padded copy of 16.
+template <class Out, class Weights>
+void grouped_rows(const bf16* A, int64_t M, int64_t len, Out* out, int64_t ldc, int64_t n_out,
+                  const GroupLayout& groups, int64_t goff, int64_t n_local, Addend add, const Weights& w) {
+  Words pad(Words::From::engine);
+  int64_t readable = M;
+  if (M < 16) {
+    bf16* p = reinterpret_cast<bf16*>(pad.get(size_t(std::max<int64_t>(words_of<bf16>(16 * len), 1))));
+    std::memset(p, 0, size_t(16 * len) * sizeof(bf16));
+    if (M > 0) std::memcpy(p, A, size_t(M * len) * sizeof(bf16));
+    A = p, readable = 16;
+  }
+  std::vector<Problem> probs;
+  for (int64_t lg = 0; lg < n_local; ++lg) {
+    const int64_t g0 = groups.offsets[size_t(goff + lg)], g1 = groups.offsets[size_t(goff + lg + 1)];
+    probs.push_back({A + g0 * len, len, g1 - g0, -g0, readable - g0, len, false, g0, lg});
+  }
+  amx_gemm(probs, n_out, out, ldc, add, w);
+}
+
+using RowPairs = RowWeights<V, Pack::pairs, 2, bf16>;
+using TransposedPairs = TransposedWeights<V, Pack::pairs, 2, bf16>;
+
+// The weights of problem `id` = local group `id` of a weight view (RowWeights, TransposedWeights or
+// PairWeights of bf16 pairs).
+template <class W>
+struct GroupWeights {
+  const W& w;
+  void pack(const Problem& p, int64_t c0, int64_t nc, int64_t w0, int64_t w1, uint32_t* dst) const {
+    w.pack(p.id, c0, nc, w0, w1, dst, kPanel);
+  }
+  Region region(const Problem& p, int64_t c0, int64_t c1, int64_t w0, int64_t w1) const {
+    return w.region(p.id, c0, c1, w0, w1);
+  }
+};
+template <class W>
+GroupWeights<W> packer(const W& w) {
+  return {w};
+}
+
+template <class Out>
+void gmm_bf16(const Tensor& lhs, const Tensor& rhs, const GroupLayout& g, int64_t goff, Tensor& out) {
+  const int64_t Kc = lhs.dim(1), N = rhs.dim(2);
+  const RowPairs w{rhs.data<bf16>(), Kc, N};
+  grouped_rows(lhs.data<bf16>(), lhs.dim(0), Kc, out.data<Out>(), N, N, g, goff, rhs.dim(0), Addend{},
+               packer(w));
+}
+
+// Both weights in one pass over A when N0 is a whole number of panels (every panel packs from one
+// side); else the two GEMMs into the two column windows. The same bits either way.
+template <class Out>
+void gmm_pair_bf16(const Tensor& lhs, const Tensor& rhs0, const Tensor& rhs1, const GroupLayout& g,
+                   int64_t goff, Tensor& out) {
+  const int64_t Kc = lhs.dim(1), N0 = rhs0.dim(2), N1 = rhs1.dim(2), ld = N0 + N1;
+  const RowPairs lo{rhs0.data<bf16>(), Kc, N0}, hi{rhs1.data<bf16>(), Kc, N1};
+  Out* o = out.data<Out>();
+  const bf16* A = lhs.data<bf16>();
+  if (N0 % kPanel == 0) {
+    const PairWeights<RowPairs> w{lo, hi, N0};
+    return grouped_rows(A, lhs.dim(0), Kc, o, ld, ld, g, goff, rhs0.dim(0), Addend{}, packer(w));
+  }
+  grouped_rows(A, lhs.dim(0), Kc, o, ld, N0, g, goff, rhs0.dim(0), Addend{}, packer(lo));
+  grouped_rows(A, lhs.dim(0), Kc, o + N0, ld, N1, g, goff, rhs0.dim(0), Addend{}, packer(hi));
+}
+
+template <class Out>
+void dlhs_bf16(const Tensor& dout, const Tensor& rhs, const GroupLayout& g, int64_t goff, Tensor& dlhs,
+               const Tensor* addend) {
+  const int64_t Kc = rhs.dim(1), N = rhs.dim(2);
+  const TransposedPairs w{rhs.data<bf16>(), Kc, N};
+  grouped_rows(dout.data<bf16>(), dout.dim(0), N, dlhs.data<Out>(), Kc, Kc, g, goff, rhs.dim(0),
+               addend ? Addend{addend->data<float>(), Kc} : Addend{}, packer(w));
+}
+
+// The weights of the weight gradient's problem `id` (local group id): dout's rows of the group,
+// packed as pairs along the rows.
+struct DoutRows {
+  const bf16* D;
+  int64_t N;
+  const GroupLayout* groups;
+  int64_t goff;
+  const bf16* rows_of(const Problem& p) const { return D + groups->offsets[size_t(goff + p.id)] * N; }
+  void pack(const Problem& p, int64_t c0, int64_t nc, int64_t w0, int64_t w1, uint32_t* dst) const {
+    pack_rows<V, Pack::pairs>(rows_of(p), N, 2 * w0, std::min(p.len, 2 * w1), c0, nc, dst, kPanel, kPanel);
+  }
+  Region region(const Problem& p, int64_t c0, int64_t c1, int64_t w0, int64_t w1) const {
+    return {reinterpret_cast<const std::byte*>(rows_of(p) + 2 * w0 * N + c0), ptrdiff_t(N * sizeof(bf16)),
+            std::max<int64_t>(0, std::min(p.len, 2 * w1) - 2 * w0), (c1 - c0) * int64_t(sizeof(bf16))};
+  }
+};
+
+// drhs[g] [Kc, N] = lhs[rows g]^T @ dout[rows g]: A is lhs^T of the group, copied as rows of bf16
+// pairs along the group's rows (whole tile steps, zeros past its rows; at least 16 rows), and B
+// dout's rows of the group packed as pairs: so each element is one chain over the group's rows
+// from its first, in tile steps.
+void drhs_bf16(const Tensor& lhs, const Tensor& dout, const GroupLayout& groups, int64_t goff, Tensor& drhs) {
+  const int64_t Kc = lhs.dim(1), N = dout.dim(1), n_local = drhs.dim(0);
+  const bf16* L = lhs.data<bf16>();
+  const bf16* D = dout.data<bf16>();
+  float* G = drhs.data<float>();
+  const int64_t rows_t = std::max<int64_t>(Kc, 16);  // rows of a group's lhs^T copy
+  std::vector<int64_t> at(size_t(n_local) + 1, 0);   // words of the copies before group lg
+  for (int64_t lg = 0; lg < n_local; ++lg)
+    at[size_t(lg) + 1] = at[size_t(lg)] + rows_t * steps_of(groups.sizes[size_t(goff + lg)]) * kStepWords;
+  Words buf(Words::From::engine);
+  uint32_t* lt = buf.get(size_t(std::max<int64_t>(at.back(), 1)));
+  // Copies: (group, 16 columns of lhs) per job; 16 x 16 words transposed at a time.
+  const int64_t cblocks = (rows_t + V::L - 1) / V::L;
+  parallel_for(n_local * cblocks, 1, [&](int64_t b, int64_t e) {
+    for (int64_t j = b; j < e; ++j) {
+      const int64_t lg = j / cblocks, c0 = j % cblocks * V::L;
+      const int64_t g0 = groups.offsets[size_t(goff + lg)], R = groups.sizes[size_t(goff + lg)];
+      const int64_t words = steps_of(R) * kStepWords,
+                    nc = std::max<int64_t>(0, std::min<int64_t>(V::L, Kc - c0));
+      uint32_t* dst = lt + at[size_t(lg)];
+      for (int64_t q0 = 0; q0 < words; q0 += V::L) {
+        typename V::I r[V::L];
+        for (int i = 0; i < V::L; ++i) {
+          const int64_t k = 2 * (q0 + i);  // lhs rows k, k + 1 of the group
+          r[i] = V::zero_words();
+          if (k < R) r[i] = V::u16_n(u16(L + (g0 + k) * Kc + c0), nc);
+          if (k + 1 < R) r[i] = V::or_(r[i], V::shl16(V::u16_n(u16(L + (g0 + k + 1) * Kc + c0), nc)));
+        }
+        V::transpose(r);
+        for (int64_t i = 0; i < std::min<int64_t>(V::L, rows_t - c0); ++i)
+          V::store_words(dst + (c0 + i) * words + q0, r[i]);
+      }
+    }
+  });
+  std::vector<Problem> probs;
+  for (int64_t lg = 0; lg < n_local; ++lg) {
+    const int64_t R = groups.sizes[size_t(goff + lg)];
+    probs.push_back({reinterpret_cast<const bf16*>(lt + at[size_t(lg)]), 2 * steps_of(R) * kStepWords,
+                     R > 0 ? Kc : 0, 0, rows_t, R, true, lg * Kc, lg});
+    if (R == 0) zero_gradient<V>(G + lg * Kc * N, Kc * N, false);
+  }
+  amx_gemm(probs, N, G, N, Addend{}, DoutRows{D, N, &groups, goff});
+}
+
+const kernels::Table& base() { return table_avx512_bf16(); }
+
+void gmm(const Tensor& lhs, const Tensor& rhs, const GroupLayout& g, int64_t goff, Tensor& out) {
+  if (lhs.dtype() == DType::f32) return base().gmm(lhs, rhs, g, goff, out);
+  if (out.dtype() == DType::f32) return gmm_bf16<float>(lhs, rhs, g, goff, out);
+  gmm_bf16<bf16>(lhs, rhs, g, goff, out);
+}
+void gmm_pair(const Tensor& lhs, const Tensor& rhs0, const Tensor& rhs1, const GroupLayout& g, int64_t goff,
+              Tensor& out) {
+  if (lhs.dtype() == DType::f32) return base().gmm_pair(lhs, rhs0, rhs1, g, goff, out);
+  if (out.dtype() == DType::f32) return gmm_pair_bf16<float>(lhs, rhs0, rhs1, g, goff, out);
+  gmm_pair_bf16<bf16>(lhs, rhs0, rhs1, g, goff, out);
+}
+void dlhs(const Tensor& dout, const Tensor& rhs, const GroupLayout& g, int64_t goff, Tensor& out) {
+  if (dout.dtype() == DType::f32) return base().gmm_dlhs(dout, rhs, g, goff, out);
+  if (out.dtype() == DType::f32) return dlhs_bf16<float>(dout, rhs, g, goff, out, nullptr);
+  dlhs_bf16<bf16>(dout, rhs, g, goff, out, nullptr);
+}
+void dlhs_add(const Tensor& dout, const Tensor& rhs, const GroupLayout& g, int64_t goff, const Tensor& addend,
+              Tensor& out) {
+  if (dout.dtype() == DType::f32) return base().gmm_dlhs_add(dout, rhs, g, goff, addend, out);
+  if (out.dtype() == DType::f32) return dlhs_bf16<float>(dout, rhs, g, goff, out, &addend);
+  dlhs_bf16<bf16>(dout, rhs, g, goff, out, &addend);
+}
+void drhs(const Tensor& lhs, const Tensor& dout, const GroupLayout& g, int64_t goff, Tensor& out) {
+  if (lhs.dtype() == DType::f32) return base().gmm_drhs(lhs, dout, g, goff, out);
+  drhs_bf16(lhs, dout, g, goff, out);
+}
+
+}  // namespace
+
+const kernels::Table& table_amx_bf16() {
+  static const kernels::Table t = [] {
+    kernels::Table r = base();
+    r.isa = Isa::amx_bf16;
+    r.gmm = gmm, r.gmm_pair = gmm_pair, r.gmm_dlhs = dlhs, r.gmm_dlhs_add = dlhs_add, r.gmm_drhs = drhs;
+    return r;
+  }();
+  return t;
+}
+
+}  // namespace moe::x86
+
+#include "kernels/x86/target_end.h"
