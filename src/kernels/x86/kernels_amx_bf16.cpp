@@ -15,10 +15,11 @@
 //
 // Schedule. Tasks are (problem, block of kTaskPanels panels of 32 columns, block of rows); a task
 // walks the reduction in slices of kSliceSteps steps: it packs the slice of each of its panels
-// (16 KiB a panel, L1), then for each panel runs every 32-row block of its rows against it (C tiles
-// reloaded from and stored to the task's f32 sums, L2), so B is read from L1 and A, read in place
-// with its own row stride, from L2. The epilogue writes the sums to the output (rounded to bf16, or
-// f32, plus an addend) once the last slice has run.
+// (16 KiB a panel, L1) and copies the slice of its rows of A tile-ready (per 32-row block and step,
+// each tile's 16 rows of 64 bytes contiguous; L2), then for each panel runs every row block against
+// it (C tiles reloaded from and stored to the task's f32 sums), so B is read from L1 and A from L2.
+// A block's sums go to the output (rounded to bf16, or f32, plus an addend) right after its last
+// slice, while they are in L1.
 // clang-format off: the order matters (every shared header before the target region opens).
 #include "kernels/x86/kernel_headers.h"
 
@@ -46,6 +47,7 @@ constexpr int64_t kSliceWords = kSliceSteps * kStepWords * kPanel;  // a panel's
 constexpr int64_t kTaskPanels = 8;                                  // panels per task (256 columns)
 constexpr int64_t kSumsLd = kTaskPanels * kPanel;                   // row stride of a task's f32 sums
 constexpr int64_t kTaskRowsMax = 512, kTaskRowsMin = 64;
+constexpr int64_t kACopyStepBytes = 2 * 16 * kStepBytes;  // a row block's copy of A per tile step: two tiles
 
 // Palette 1, tiles 0-7 all 16 rows x 64 bytes: 0-3 the C tiles of a 32 x 32 block (rows 0-15 x
 // columns 0-15, 0-15 x 16-31, 16-31 x 0-15, 16-31 x 16-31), 4-5 A (rows 0-15, 16-31), 6-7 B
@@ -89,15 +91,14 @@ struct Task {
   int64_t p, panel0, r0, r1;  // problem, first panel, rows [r0, r1) of the problem
 };
 
-// C tiles += the steps of A (tile 4 from a0, tile 5 from a1, rows `lda` bytes apart) and B (rows of
-// 32 words): `n` steps in place, then one from the zero-padded copies t0 / t1 when t0 is set. The
-// C tiles come from and go to `c` (rows `ldc` bytes apart), or start at zero when `zero`.
-// kTwo: a block of more than 16 rows, both A tiles and all four C tiles; else tile 4 and C 0-1.
+// C tiles += `n` steps of A (a slice copy: per step tile 4's 16 rows of 64 bytes, then tile 5's)
+// and B (rows of 32 words). The C tiles come from and go to `c` (rows `ldc` bytes apart), or start
+// at zero when `zero`. kTwo: a block of more than 16 rows, both A tiles and all four C tiles; else
+// tile 4 and C 0-1.
 template <bool kTwo>
-MOE_INLINE void run_block(const std::byte* a0, const std::byte* a1, ptrdiff_t lda, int64_t n,
-                          const std::byte* t0, const std::byte* t1, const std::byte* b, std::byte* c,
-                          ptrdiff_t ldc, bool zero) {
-  asm volatile("" ::: "memory");  // the packed slice and the tail copies are stored before the tile loads
+MOE_INLINE void run_block(const std::byte* a, int64_t n, const std::byte* b, std::byte* c, ptrdiff_t ldc,
+                          bool zero) {
+  asm volatile("" ::: "memory");  // the packed slices are stored before the tile loads read them
   std::byte* c2 = c + 16 * ldc;
   if (zero) {
     _tile_zero(0);
@@ -116,26 +117,14 @@ MOE_INLINE void run_block(const std::byte* a0, const std::byte* a1, ptrdiff_t ld
   }
   for (int64_t s = 0; s < n; ++s) {
     const std::byte* bs = b + s * kStepWords * kPanelRowBytes;
+    const std::byte* as = a + s * kACopyStepBytes;
     _tile_loadd(6, bs, kPanelRowBytes);
     _tile_loadd(7, bs + 64, kPanelRowBytes);
-    _tile_loadd(4, a0 + s * kStepBytes, lda);
+    _tile_loadd(4, as, kStepBytes);
     _tile_dpbf16ps(0, 4, 6);
     _tile_dpbf16ps(1, 4, 7);
     if constexpr (kTwo) {
-      _tile_loadd(5, a1 + s * kStepBytes, lda);
-      _tile_dpbf16ps(2, 5, 6);
-      _tile_dpbf16ps(3, 5, 7);
-    }
-  }
-  if (t0) {
-    const std::byte* bs = b + n * kStepWords * kPanelRowBytes;
-    _tile_loadd(6, bs, kPanelRowBytes);
-    _tile_loadd(7, bs + 64, kPanelRowBytes);
-    _tile_loadd(4, t0, kStepBytes);
-    _tile_dpbf16ps(0, 4, 6);
-    _tile_dpbf16ps(1, 4, 7);
-    if constexpr (kTwo) {
-      _tile_loadd(5, t1, kStepBytes);
+      _tile_loadd(5, as + 16 * kStepBytes, kStepBytes);
       _tile_dpbf16ps(2, 5, 6);
       _tile_dpbf16ps(3, 5, 7);
     }
@@ -163,14 +152,19 @@ inline RowBlock row_block(const Problem& pr, int64_t r, int64_t r1) {
   return b;
 }
 
-void write_out(float* o, __m512 x, int64_t n) { V::store_n(o, x, n); }
-void write_out(bf16* o, __m512 x, int64_t n) { V::store_bf16_n(o, x, n); }
+// `stream`: whole aligned vectors of an f32 output with non-temporal stores (simd::kStreamBytes).
+void write_out(float* o, __m512 x, int64_t n, bool stream) {
+  if (stream && n == V::L && (reinterpret_cast<uintptr_t>(o) & uintptr_t(V::kStreamAlign - 1)) == 0)
+    return V::stream(o, x);
+  V::store_n(o, x, n);
+}
+void write_out(bf16* o, __m512 x, int64_t n, bool) { V::store_bf16_n(o, x, n); }
 
 // Writes a row block's f32 sums (tile t's row i at sums row 16t + i) to the output: the rows the
 // block owns, columns [c, c + nc), plus the addend, rounded to Out.
 template <class Out>
 void epilogue(const Problem& pr, const RowBlock& b, const float* sums, int64_t c, int64_t nc, Out* out,
-              int64_t ldc, Addend add) {
+              int64_t ldc, Addend add, bool stream) {
   for (int t = 0; t < (b.two ? 2 : 1); ++t)
     for (int64_t i = 0; i < 16; ++i) {
       const int64_t row = b.w[t] + i;
@@ -181,7 +175,7 @@ void epilogue(const Problem& pr, const RowBlock& b, const float* sums, int64_t c
         const int64_t n = std::min<int64_t>(V::L, nc - v);
         __m512 x = V::load(s + v);
         if (add.p) x = V::add(x, V::load_n(add.p + orow * add.ld + c + v, n));
-        write_out(out + orow * ldc + c + v, x, n);
+        write_out(out + orow * ldc + c + v, x, n, stream);
       }
     }
 }
@@ -195,9 +189,10 @@ constexpr int64_t steps_of(int64_t len) { return (len + 2 * kStepWords - 1) / (2
 // w.region(problem, c0, c1, w0, w1) names the bytes that packing reads. While a slice's tiles run,
 // the bytes of the next slice (or of the next task's first) are prefetched, spread over the slice's
 // blocks (simd::Prefetcher), so the weights' DRAM reads overlap the tiles.
+// `stream`: the f32 output is written with non-temporal stores (it is larger than the caches).
 template <class Out, class Weights>
 void amx_gemm(const std::vector<Problem>& probs, int64_t n_out, Out* out, int64_t ldc, Addend add,
-              const Weights& w) {
+              const Weights& w, bool stream = false) {
   const int64_t panels = (n_out + kPanel - 1) / kPanel;
   int64_t total = 0;
   for (const Problem& p : probs) total += p.rows;
@@ -216,11 +211,11 @@ void amx_gemm(const std::vector<Problem>& probs, int64_t n_out, Out* out, int64_
   parallel_for(int64_t(tasks.size()), 1, [&](int64_t tb, int64_t te) {
     constexpr int64_t kBlocksMax = kTaskRowsMax / kBlock;
     uint32_t* bp = scratch(size_t(kTaskPanels * kSliceWords), 0);
-    // The f32 sums of the task's rows and columns, then the zero-padded last steps of its blocks.
-    constexpr int64_t kTailWords = 2 * 16 * kStepWords;
-    uint32_t* buf = scratch(size_t(kTaskRowsMax * kSumsLd + kBlocksMax * kTailWords), 1);
+    // The f32 sums of the task's rows and columns, then the slice's copy of A.
+    constexpr int64_t kBlockCopyWords = kSliceSteps * kACopyStepBytes / 4;
+    uint32_t* buf = scratch(size_t(kTaskRowsMax * kSumsLd + kBlocksMax * kBlockCopyWords), 1);
     float* sums = reinterpret_cast<float*>(buf);
-    uint32_t* tails = buf + kTaskRowsMax * kSumsLd;
+    uint32_t* acopy = buf + kTaskRowsMax * kSumsLd;
     Tiles tiles;
     Prefetcher pf;
     for (int64_t ti = tb; ti < te; ++ti) {
@@ -228,22 +223,10 @@ void amx_gemm(const std::vector<Problem>& probs, int64_t n_out, Out* out, int64_
       const Problem& pr = probs[size_t(t.p)];
       const int64_t np = std::min(kTaskPanels, panels - t.panel0), c0 = t.panel0 * kPanel;
       const int64_t P = (pr.len + 1) / 2, S = steps_of(pr.len);
-      const int64_t in_place = pr.padded ? S : pr.len / (2 * kStepWords);  // steps read from A in place
-      const bool tail = S > in_place;
+      const int64_t whole = pr.padded ? S : pr.len / (2 * kStepWords);  // steps inside every row
       const int64_t nb = (t.r1 - t.r0 + kBlock - 1) / kBlock;
       RowBlock blocks[kBlocksMax];
-      for (int64_t m = 0; m < nb; ++m) {
-        blocks[m] = row_block(pr, t.r0 + m * kBlock, t.r1);
-        if (!tail) continue;
-        // The last step of each A tile's rows, zero past the row's end.
-        const int64_t from = in_place * kStepBytes, bytes = pr.len * 2 - from;
-        for (int k = 0; k < (blocks[m].two ? 2 : 1); ++k)
-          for (int64_t i = 0; i < 16; ++i) {
-            const std::byte* src =
-                reinterpret_cast<const std::byte*>(pr.a + (blocks[m].w[k] + i) * pr.lda) + from;
-            V::store_words(tails + m * kTailWords + (16 * k + i) * kStepWords, V::words_n(src, bytes));
-          }
-      }
+      for (int64_t m = 0; m < nb; ++m) blocks[m] = row_block(pr, t.r0 + m * kBlock, t.r1);
       if (S == 0)  // an empty reduction: zero sums
         for (int64_t m = 0; m < nb; ++m) std::memset(sums + m * kBlock * kSumsLd, 0, kBlock * kSumsLd * 4);
       for (int64_t s0 = 0; s0 < S; s0 += kSliceSteps) {
@@ -267,35 +250,46 @@ void amx_gemm(const std::vector<Problem>& probs, int64_t n_out, Out* out, int64_
                           std::min((np_.len + 1) / 2, kSliceSteps * kStepWords));
         }
         pf.start(next, np * nb);
-        const int64_t n = std::max<int64_t>(0, std::min(s1, in_place) - s0);
-        const bool last_tail = tail && s1 == S;
+        // A's slice, block by block, tile-ready: per step a tile's 16 rows of 64 bytes, contiguous
+        // (read in place, rows a multiple of 4 KiB apart shared a few L2 sets: seed-mixtral's up.gmm
+        // ran 1.4-1.6x slower), the step past a row's end zero-padded.
+        for (int64_t m = 0; m < nb; ++m)
+          for (int k = 0; k < (blocks[m].two ? 2 : 1); ++k)
+            for (int64_t i = 0; i < 16; ++i) {
+              const std::byte* src = reinterpret_cast<const std::byte*>(pr.a + (blocks[m].w[k] + i) * pr.lda);
+              uint32_t* dst = acopy + m * kBlockCopyWords + (16 * k + i) * kStepWords;
+              for (int64_t st = s0; st < s1; ++st, dst += kACopyStepBytes / 4)
+                V::store_words(dst, st < whole
+                                        ? V::words(src + st * kStepBytes)
+                                        : V::words_n(src + st * kStepBytes, pr.len * 2 - st * kStepBytes));
+            }
         for (int64_t pi = 0; pi < np; ++pi) {
           const std::byte* b = reinterpret_cast<const std::byte*>(bp + pi * kSliceWords);
           for (int64_t m = 0; m < nb; ++m) {
             const RowBlock& rb = blocks[m];
-            const std::byte* a0 =
-                reinterpret_cast<const std::byte*>(pr.a + rb.w[0] * pr.lda) + s0 * kStepBytes;
-            const std::byte* a1 =
-                reinterpret_cast<const std::byte*>(pr.a + rb.w[1] * pr.lda) + s0 * kStepBytes;
-            const std::byte* t0 =
-                last_tail ? reinterpret_cast<const std::byte*>(tails + m * kTailWords) : nullptr;
-            const std::byte* t1 = t0 ? t0 + 16 * kStepBytes : nullptr;
+            const std::byte* a = reinterpret_cast<const std::byte*>(acopy + m * kBlockCopyWords);
             std::byte* c = reinterpret_cast<std::byte*>(sums + m * kBlock * kSumsLd + pi * kPanel);
             if (rb.two)
-              run_block<true>(a0, a1, pr.lda * 2, n, t0, t1, b, c, kSumsLd * 4, s0 == 0);
+              run_block<true>(a, s1 - s0, b, c, kSumsLd * 4, s0 == 0);
             else
-              run_block<false>(a0, a1, pr.lda * 2, n, t0, t1, b, c, kSumsLd * 4, s0 == 0);
+              run_block<false>(a, s1 - s0, b, c, kSumsLd * 4, s0 == 0);
+            // After the last slice, the block's sums go out while they are still in L1.
+            if (s1 == S)
+              epilogue(pr, rb, reinterpret_cast<const float*>(c), c0 + pi * kPanel,
+                       std::min(kPanel, n_out - c0 - pi * kPanel), out, ldc, add, stream);
             pf.ran(1);
           }
         }
       }
-      for (int64_t m = 0; m < nb; ++m)
-        for (int64_t pi = 0; pi < np; ++pi) {
-          const int64_t c = c0 + pi * kPanel;
-          epilogue(pr, blocks[m], sums + m * kBlock * kSumsLd + pi * kPanel, c, std::min(kPanel, n_out - c),
-                   out, ldc, add);
-        }
+      if (S == 0)
+        for (int64_t m = 0; m < nb; ++m)
+          for (int64_t pi = 0; pi < np; ++pi) {
+            const int64_t c = c0 + pi * kPanel;
+            epilogue(pr, blocks[m], sums + m * kBlock * kSumsLd + pi * kPanel, c, std::min(kPanel, n_out - c),
+                     out, ldc, add, stream);
+          }
     }
+    if (stream) V::fence();  // the streamed rows are visible before the task reports done
   });
 }
 
@@ -434,9 +428,9 @@ void drhs_bf16(const Tensor& lhs, const Tensor& dout, const GroupLayout& groups,
     const int64_t R = groups.sizes[size_t(goff + lg)];
     probs.push_back({reinterpret_cast<const bf16*>(lt + at[size_t(lg)]), 2 * steps_of(R) * kStepWords,
                      R > 0 ? Kc : 0, 0, rows_t, R, true, lg * Kc, lg});
-    if (R == 0) zero_gradient<V>(G + lg * Kc * N, Kc * N, false);
+    if (R == 0) zero_gradient<V>(G + lg * Kc * N, Kc * N, drhs.nbytes() >= kStreamBytes);
   }
-  amx_gemm(probs, N, G, N, Addend{}, DoutRows{D, N, &groups, goff});
+  amx_gemm(probs, N, G, N, Addend{}, DoutRows{D, N, &groups, goff}, drhs.nbytes() >= kStreamBytes);
 }
 
 const kernels::Table& base() { return table_avx512_bf16(); }
