@@ -91,13 +91,14 @@ struct Task {
   int64_t p, panel0, r0, r1;  // problem, first panel, rows [r0, r1) of the problem
 };
 
-// C tiles += `n` steps of A (a slice copy: per step tile 4's 16 rows of 64 bytes, then tile 5's)
-// and B (rows of 32 words). The C tiles come from and go to `c` (rows `ldc` bytes apart), or start
-// at zero when `zero`. kTwo: a block of more than 16 rows, both A tiles and all four C tiles; else
-// tile 4 and C 0-1.
+// C tiles += `n` steps of A (tile 4's rows from a0, tile 5's from a1, rows `lda` bytes apart, the
+// next step `a_step` bytes on) and B (rows of 32 words). The C tiles come from and go to `c` (rows `ldc`
+// bytes apart), or start at zero when `zero`. kTwo: a block of more than 16 rows, both A tiles and all four C
+// tiles; else tile 4 and C 0-1.
 template <bool kTwo>
-MOE_INLINE void run_block(const std::byte* a, int64_t n, const std::byte* b, std::byte* c, ptrdiff_t ldc,
-                          bool zero, Prefetcher& pf) {
+MOE_INLINE void run_block(const std::byte* a0, const std::byte* a1, ptrdiff_t lda, ptrdiff_t a_step,
+                          int64_t n, const std::byte* b, std::byte* c, ptrdiff_t ldc, bool zero,
+                          Prefetcher& pf) {
   asm volatile("" ::: "memory");  // the packed slices are stored before the tile loads read them
   std::byte* c2 = c + 16 * ldc;
   if (zero) {
@@ -117,14 +118,13 @@ MOE_INLINE void run_block(const std::byte* a, int64_t n, const std::byte* b, std
   }
   for (int64_t s = 0; s < n; ++s) {
     const std::byte* bs = b + s * kStepWords * kPanelRowBytes;
-    const std::byte* as = a + s * kACopyStepBytes;
     _tile_loadd(6, bs, kPanelRowBytes);
     _tile_loadd(7, bs + 64, kPanelRowBytes);
-    _tile_loadd(4, as, kStepBytes);
+    _tile_loadd(4, a0 + s * a_step, lda);
     _tile_dpbf16ps(0, 4, 6);
     _tile_dpbf16ps(1, 4, 7);
     if constexpr (kTwo) {
-      _tile_loadd(5, as + 16 * kStepBytes, kStepBytes);
+      _tile_loadd(5, a1 + s * a_step, lda);
       _tile_dpbf16ps(2, 5, 6);
       _tile_dpbf16ps(3, 5, 7);
     }
@@ -225,6 +225,10 @@ void amx_gemm(const std::vector<Problem>& probs, int64_t n_out, Out* out, int64_
       const int64_t np = std::min(kTaskPanels, panels - t.panel0), c0 = t.panel0 * kPanel;
       const int64_t P = (pr.len + 1) / 2, S = steps_of(pr.len);
       const int64_t whole = pr.padded ? S : pr.len / (2 * kStepWords);  // steps inside every row
+      // A copy padded to whole steps (the weight gradient's lhs^T) is read in place unless its rows
+      // are a multiple of 2 KiB apart (the L2 sets, below): copying it again cost granite-1b's
+      // weight gradient a second pass over lhs^T.
+      const bool in_place = pr.padded && (pr.lda * 2) % 2048 != 0;
       const int64_t nb = (t.r1 - t.r0 + kBlock - 1) / kBlock;
       RowBlock blocks[kBlocksMax];
       for (int64_t m = 0; m < nb; ++m) blocks[m] = row_block(pr, t.r0 + m * kBlock, t.r1);
@@ -254,7 +258,7 @@ void amx_gemm(const std::vector<Problem>& probs, int64_t n_out, Out* out, int64_
         // A's slice, block by block, tile-ready: per step a tile's 16 rows of 64 bytes, contiguous
         // (read in place, rows a multiple of 4 KiB apart shared a few L2 sets: seed-mixtral's up.gmm
         // ran 1.4-1.6x slower), the step past a row's end zero-padded.
-        for (int64_t m = 0; m < nb; ++m)
+        for (int64_t m = 0; m < nb && !in_place; ++m)
           for (int k = 0; k < (blocks[m].two ? 2 : 1); ++k)
             for (int64_t i = 0; i < 16; ++i) {
               const std::byte* src = reinterpret_cast<const std::byte*>(pr.a + (blocks[m].w[k] + i) * pr.lda);
@@ -268,12 +272,19 @@ void amx_gemm(const std::vector<Problem>& probs, int64_t n_out, Out* out, int64_
           const std::byte* b = reinterpret_cast<const std::byte*>(bp + pi * kSliceWords);
           for (int64_t m = 0; m < nb; ++m) {
             const RowBlock& rb = blocks[m];
-            const std::byte* a = reinterpret_cast<const std::byte*>(acopy + m * kBlockCopyWords);
+            const std::byte* a0 = reinterpret_cast<const std::byte*>(acopy + m * kBlockCopyWords);
+            const std::byte* a1 = a0 + 16 * kStepBytes;
+            ptrdiff_t lda = kStepBytes, a_step = kACopyStepBytes;
+            if (in_place) {
+              a0 = reinterpret_cast<const std::byte*>(pr.a + rb.w[0] * pr.lda) + s0 * kStepBytes;
+              a1 = reinterpret_cast<const std::byte*>(pr.a + rb.w[1] * pr.lda) + s0 * kStepBytes;
+              lda = pr.lda * 2, a_step = kStepBytes;
+            }
             std::byte* c = reinterpret_cast<std::byte*>(sums + m * kBlock * kSumsLd + pi * kPanel);
             if (rb.two)
-              run_block<true>(a, s1 - s0, b, c, kSumsLd * 4, s0 == 0, pf);
+              run_block<true>(a0, a1, lda, a_step, s1 - s0, b, c, kSumsLd * 4, s0 == 0, pf);
             else
-              run_block<false>(a, s1 - s0, b, c, kSumsLd * 4, s0 == 0, pf);
+              run_block<false>(a0, a1, lda, a_step, s1 - s0, b, c, kSumsLd * 4, s0 == 0, pf);
             // After the last slice, the block's sums go out while they are still in L1.
             if (s1 == S)
               epilogue(pr, rb, reinterpret_cast<const float*>(c), c0 + pi * kPanel,
