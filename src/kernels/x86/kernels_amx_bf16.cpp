@@ -188,8 +188,8 @@ constexpr int64_t steps_of(int64_t len) { return (len + 2 * kStepWords - 1) / (2
 // packs words [w0, w1) of the problem's weight columns [c0, c0 + nc) as bf16 pairs into rows of 32
 // words at dst (rows past the reduction and columns past nc zero, up to w1 - w0 rows);
 // w.region(problem, c0, c1, w0, w1) names the bytes that packing reads. While a slice's tiles run,
-// the bytes of the next slice (or of the next task's first) are prefetched, spread over the slice's
-// blocks (simd::Prefetcher), so the weights' DRAM reads overlap the tiles.
+// the bytes of the next slice (or of the next task's first) are prefetched a few lines per tile
+// step (simd::Prefetcher, driven from run_block), so the weights' DRAM reads overlap the tiles.
 // `stream`: the f32 output is written with non-temporal stores (it is larger than the caches).
 template <class Out, class Weights>
 void amx_gemm(const std::vector<Problem>& probs, int64_t n_out, Out* out, int64_t ldc, Addend add,
