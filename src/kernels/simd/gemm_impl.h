@@ -321,6 +321,18 @@ void pack_rows(const T* src, int64_t ld, int64_t r0, int64_t r1, int64_t c0, int
     const int64_t r = r0 + per * q;
     prefetch_rows(src, ld, r0 + per * (q + kAhead), std::min(r1, r0 + per * (q + kAhead + 1)), c0, nc);
     const T* a = src + r * ld + c0;
+    if constexpr (K == Pack::pairs && requires(const uint16_t* p, I& x) { V::pair_words(p, p, 0, x, x); }) {
+      if (W % (2 * V::L) == 0) {  // two rows' 2L columns interleaved by a permute (AVX-512)
+        for (int64_t j = 0; j < W; j += 2 * V::L) {
+          I lo = V::zero_words(), hi = lo;
+          if (nc - j > 0 && r < r1)
+            V::pair_words(u16(a + j), r + 1 < r1 ? u16(a + ld + j) : nullptr, nc - j, lo, hi);
+          V::store_words(dst + q * ldd + j, lo);
+          V::store_words(dst + q * ldd + j + V::L, hi);
+        }
+        continue;
+      }
+    }
     for (int64_t j = 0; j < W; j += V::L) {
       const int64_t n = nc - j;
       I w = V::zero_words();

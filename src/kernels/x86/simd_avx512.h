@@ -67,6 +67,21 @@ struct Avx512 {
   static I words_n(const void* p, int64_t nbytes) { return _mm512_maskz_loadu_epi8(first_bytes(nbytes), p); }
   static I u16_n(const uint16_t* p, int64_t n) { return _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(first(n), p)); }
   static I shl16(I v) { return _mm512_slli_epi32(v, 16); }
+  // Words j in [0, 2L) = (a[j], b[j]) as bf16 pairs, low half a: j < L in lo, the rest in hi.
+  // n bf16 of each row are read (at most 2L; zeros past them); b null reads as zeros.
+  static void pair_words(const uint16_t* a, const uint16_t* b, int64_t n, I& lo, I& hi) {
+    alignas(64) static constexpr uint16_t kLo[32] = {0,  32, 1,  33, 2,  34, 3,  35, 4,  36, 5,
+                                                     37, 6,  38, 7,  39, 8,  40, 9,  41, 10, 42,
+                                                     11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
+    alignas(64) static constexpr uint16_t kHi[32] = {16, 48, 17, 49, 18, 50, 19, 51, 20, 52, 21,
+                                                     53, 22, 54, 23, 55, 24, 56, 25, 57, 26, 58,
+                                                     27, 59, 28, 60, 29, 61, 30, 62, 31, 63};
+    const __mmask32 m = n >= 32 ? ~__mmask32(0) : n <= 0 ? __mmask32(0) : (__mmask32(1) << n) - 1;
+    const I x = _mm512_maskz_loadu_epi16(m, a);
+    const I y = b ? _mm512_maskz_loadu_epi16(m, b) : _mm512_setzero_si512();
+    lo = _mm512_permutex2var_epi16(x, _mm512_load_si512(kLo), y);
+    hi = _mm512_permutex2var_epi16(x, _mm512_load_si512(kHi), y);
+  }
   static I or_(I a, I b) { return _mm512_or_si512(a, b); }
   static I zero_words() { return _mm512_setzero_si512(); }
   static void store_words(uint32_t* p, I v) { _mm512_storeu_si512(p, v); }
