@@ -170,46 +170,39 @@ RealUseRow changing_phase(const Case& c, const RealUseOptions& o) {
   return row;
 }
 
-void add_into(Tensor& acc, const Tensor& g) {
-  float* a = acc.data<float>();
-  const float* b = g.data<float>();
-  parallel_for(acc.numel(), 1 << 16, [&](int64_t s, int64_t e) {
-    for (int64_t j = s; j < e; ++j) a[j] += b[j];
-  });
-}
-
-// Training steps: 2 micro-batches of T tokens each, weight gradients summed into
-// f32 accumulators kept across steps, then w -= lr * acc / 2 and acc = 0.
+// Training steps: 2 micro-batches of T tokens each, the second's weight gradients added in place
+// into the first's (f32), then w -= lr * acc / 2 and the gradients dropped.
 RealUseRow accumulate_phase(const Case& c, const RealUseOptions& o) {
   Config cfg = fused_config(c, o.dtype, "accumulate");
   LayerWeights w = init_weights(cfg, c.seed);
   Pool p(c, 2 * c.T, o.seed);
-  LayerWeights acc;
   w.for_each(cfg, [&](const std::string& name, const Tensor& t) {
     if (t.dtype() != DType::f32) fail("accumulate: weight ", name, " is not f32");
   });
+  // PyTorch's flow with MoELayer(accumulate_grads=True): the first micro-batch's backward returns
+  // fresh f32 gradients, the second adds its own into them in place (BackwardOptions::accumulate),
+  // the optimizer reads them, and zero_grad drops them (set_to_none).
+  auto micro_batch = [&](int64_t begin, LayerWeights* acc) {
+    Tensor x = fresh_rows(p.in.x, begin, c.T);
+    Tensor dy = fresh_rows(p.in.dy, begin, c.T);
+    Tensor idx;
+    if (p.in.forced()) idx = fresh_rows(p.in.topk_idx, begin, c.T);
+    LayerOutputs out;
+    auto fwd = layer_forward(cfg, w, x, p.in.forced() ? &idx : nullptr, out);
+    return layer_backward(cfg, *fwd, dy, {}, BackwardOptions{.release_saved = true, .accumulate = acc});
+  };
   auto train_step = [&] {
-    for (int mb = 0; mb < 2; ++mb) {
-      LayerGrads g = step(cfg, w, p, mb * c.T, c.T);
-      std::vector<Tensor*> accs;
-      acc.for_each(cfg, [&](const std::string&, Tensor& t) { accs.push_back(&t); });
-      size_t k = 0;
-      g.weights.for_each(cfg, [&](const std::string&, const Tensor& t) {
-        Tensor& a = *accs[k++];
-        if (a.numel() == 0) a = Tensor(DType::f32, t.shape());
-        add_into(a, t);
-      });
-    }
+    LayerWeights acc = micro_batch(0, nullptr).weights;
+    micro_batch(c.T, &acc);
     const float lr = 1e-3f / 2;
-    std::vector<Tensor*> accs;
-    acc.for_each(cfg, [&](const std::string&, Tensor& t) { accs.push_back(&t); });
+    std::vector<const Tensor*> accs;
+    acc.for_each(cfg, [&](const std::string&, const Tensor& t) { accs.push_back(&t); });
     size_t k = 0;
     w.for_each(cfg, [&](const std::string&, Tensor& t) {
-      Tensor& a = *accs[k++];
       float* wd = t.data<float>();
-      float* ad = a.data<float>();
+      const float* ad = accs[k++]->data<float>();
       parallel_for(t.numel(), 1 << 16, [&](int64_t s, int64_t e) {
-        for (int64_t j = s; j < e; ++j) wd[j] -= lr * ad[j], ad[j] = 0.0f;
+        for (int64_t j = s; j < e; ++j) wd[j] -= lr * ad[j];
       });
     });
   };

@@ -37,6 +37,8 @@ struct Table {
   GemmFn gmm, gmm_dlhs, gmm_drhs;
   GemmPairFn gmm_pair;
   GemmAddFn gmm_dlhs_add;
+  // gmm_drhs_acc (acc := acc + drhs); null: a scratch of a few groups and an add (drhs_acc_by_chunks).
+  GemmFn gmm_drhs_acc = nullptr;
   // Row primitives (kernels/row_ops.h has their contracts).
   void (*weighted_sum_bb)(const float*, const bf16* const*, int64_t, bf16*, int64_t, const bf16* const*);
   void (*weighted_sum_bf)(const float*, const bf16* const*, int64_t, float*, int64_t, const bf16* const*);
@@ -58,6 +60,11 @@ struct Table {
   // AdamW on n contiguous parameters p with gradients g and moments m, v (in place).
   void (*adamw)(float* p, const float* g, float* m, float* v, int64_t n, const AdamWStep& k);
 };
+
+// gmm_drhs_acc from a level's gmm_drhs: the groups' gradients a chunk of at most an eighth of them
+// at a time into a scratch, each chunk then added to acc in f32 (the same bits).
+void drhs_acc_by_chunks(GemmFn drhs, const Tensor& lhs, const Tensor& dout, const GroupLayout& groups,
+                        int64_t group_offset, Tensor& acc);
 
 // The table of `isa` (REQUIRES: isa_supported(isa)).
 const Table& table(Isa isa);

@@ -2,8 +2,11 @@
 // level's kernel (kernels/dispatch.h; the reference twin at level reference).
 #include "kernels/grouped_gemm.h"
 
+#include <algorithm>
+
 #include "kernels/dispatch.h"
 #include "kernels/grouped_gemm_internal.h"
+#include "moe/thread_pool.h"
 
 namespace moe {
 namespace detail {
@@ -123,5 +126,31 @@ void gmm_drhs(const Tensor& lhs, const Tensor& dout, const GroupLayout& g, int64
   if (lhs.dtype() == DType::f64) return reference::gmm_drhs(lhs, dout, g, o, drhs);
   kernels::table().gmm_drhs(lhs, dout, g, o, drhs);
 }
+
+void gmm_drhs_acc(const Tensor& lhs, const Tensor& dout, const GroupLayout& g, int64_t o, Tensor& acc) {
+  if (lhs.dtype() == DType::f64) fail("[gmm_drhs_acc] f64 inputs: accumulation is f32 only");
+  detail::check_gmm_drhs(lhs, dout, g, o, acc);
+  const kernels::Table& t = kernels::table();
+  if (t.gmm_drhs_acc) return t.gmm_drhs_acc(lhs, dout, g, o, acc);
+  kernels::drhs_acc_by_chunks(t.gmm_drhs, lhs, dout, g, o, acc);
+}
+
+namespace kernels {
+void drhs_acc_by_chunks(GemmFn drhs, const Tensor& lhs, const Tensor& dout, const GroupLayout& g, int64_t o,
+                        Tensor& acc) {
+  const int64_t E = acc.dim(0), chunk = std::max<int64_t>(1, (E + 7) / 8);
+  Tensor scratch = Tensor::empty(DType::f32, {std::min(chunk, E), acc.dim(1), acc.dim(2)});
+  for (int64_t e0 = 0; e0 < E; e0 += chunk) {
+    const int64_t n = std::min(chunk, E - e0);
+    Tensor part = scratch.slice_rows(0, n), dst = acc.slice_rows(e0, e0 + n);
+    drhs(lhs, dout, g, o + e0, part);
+    float* d = dst.data<float>();
+    const float* p = part.data<float>();
+    parallel_for(part.numel(), 1 << 14, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) d[i] = d[i] + p[i];
+    });
+  }
+}
+}  // namespace kernels
 
 }  // namespace moe

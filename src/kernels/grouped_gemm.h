@@ -65,6 +65,12 @@ void gmm_dlhs_add(const Tensor& dout, const Tensor& rhs, const GroupLayout& grou
 void gmm_drhs(const Tensor& lhs, const Tensor& dout, const GroupLayout& groups, int64_t group_offset,
               Tensor& drhs);
 
+// Gradient accumulation in place: acc[n_local, Kc, N] (f32) := acc + gmm_drhs's product, element by
+// element one f32 addition of the whole chain (bit for bit gmm_drhs into a scratch, then added), so
+// an empty group adds +0. f32 or bf16 inputs.
+void gmm_drhs_acc(const Tensor& lhs, const Tensor& dout, const GroupLayout& groups, int64_t group_offset,
+                  Tensor& acc);
+
 namespace reference {
 // Plain loops with the same contract: the spec every fast kernel is tested against.
 void gmm(const Tensor& lhs, const Tensor& rhs, const GroupLayout& groups, int64_t group_offset, Tensor& out);

@@ -144,24 +144,6 @@ Tensor ffn_backward_data(const Config& cfg, const FfnWeights& w, const Tensor& x
   return dxs;
 }
 
-namespace {
-// acc [E, Kc, N] f32 := acc + drhs(lhs, dout) expert chunk by expert chunk.
-void drhs_add(const Tensor& lhs, const Tensor& dout, const GroupLayout& g, Tensor& acc) {
-  const int64_t E = acc.dim(0), chunk = std::max<int64_t>(1, (E + 7) / 8);
-  Tensor scratch = Tensor::empty(DType::f32, {std::min(chunk, E), acc.dim(1), acc.dim(2)});
-  for (int64_t e0 = 0; e0 < E; e0 += chunk) {
-    const int64_t n = std::min(chunk, E - e0);
-    Tensor part = scratch.slice_rows(0, n), dst = acc.slice_rows(e0, e0 + n);
-    gmm_drhs(lhs, dout, g, e0, part);
-    float* d = dst.data<float>();
-    const float* p = part.data<float>();
-    parallel_for(part.numel(), 1 << 14, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) d[i] = d[i] + p[i];
-    });
-  }
-}
-}  // namespace
-
 void ffn_weight_grads_into(const FfnWeights& w, FfnGradInputs& in, const GroupLayout& g, LayerWeights& grads,
                            bool accumulate, bool release, WeightGradPart part) {
   // Shapes from the kept rows and E_l, not from the weights (a released backward has dropped them).
@@ -171,7 +153,7 @@ void ffn_weight_grads_into(const FfnWeights& w, FfnGradInputs& in, const GroupLa
   if (accumulate && acc != DType::f32) fail("layer_backward: accumulate: an f64 layer returns fresh gradients (accumulation is f32 only)");
   // gmm_drhs writes every local group (zeros for an empty one): no clearing.
   auto product = [&](const Tensor& lhs, const Tensor& dout, Tensor& out, const Shape& shape) {
-    if (accumulate) return drhs_add(lhs, dout, g, out);
+    if (accumulate) return gmm_drhs_acc(lhs, dout, g, 0, out);
     out = Tensor::empty(acc, shape);
     gmm_drhs(lhs, dout, g, 0, out);
   };
@@ -186,7 +168,7 @@ void ffn_weight_grads_into(const FfnWeights& w, FfnGradInputs& in, const GroupLa
     Tensor dwi;
     if (accumulate) {
       dwi = grads.wi.reshaped({El, D, 2 * F});
-      drhs_add(in.xs, in.dh, g, dwi);
+      gmm_drhs_acc(in.xs, in.dh, g, 0, dwi);
     } else {
       dwi = Tensor::empty(acc, {El, D, 2 * F});
       drhs_fused(w, in.xs, in.dh, g, dwi);

@@ -633,6 +633,63 @@ TEST(GroupedGemmReference, DlhsAddIsDlhsThenAddBitForBit) {
   }
 }
 
+// gmm_drhs_acc: acc + gmm_drhs's gradient, one f32 addition per element, bit for bit (acc holds
+// -0, +-inf and NaN-free random values; an empty group adds +0, so -0 becomes +0).
+void check_drhs_acc(DType in, const Case& c) {
+  SCOPED_TRACE(::testing::Message() << "Kc " << c.Kc << " N " << c.N << " in " << dtype_name(in));
+  const GroupLayout g = GroupLayout::from_sizes(c.sizes);
+  const int64_t M = rows_of(c, g);
+  Tensor lhs = random_tensor(in, {M, c.Kc}, 91), dout = random_tensor(in, {M, c.N}, 92);
+  Tensor acc = random_tensor(DType::f32, {c.n_local, c.Kc, c.N}, 93);
+  float* a = acc.data<float>();
+  for (int64_t i = 0; i < acc.numel(); i += 7) a[i] = -0.0f;
+  if (acc.numel() > 3) a[3] = INFINITY, a[acc.numel() - 1] = -INFINITY;
+  Tensor before = acc.clone(), part(DType::f32, acc.shape());
+  gmm_drhs(lhs, dout, g, c.goff, part);
+  gmm_drhs_acc(lhs, dout, g, c.goff, acc);
+  for (int64_t i = 0; i < acc.numel(); ++i) {
+    const float sum = before.data<float>()[i] + part.data<float>()[i];
+    if (std::memcmp(&acc.data<float>()[i], &sum, 4) != 0) {
+      ADD_FAILURE() << "gmm_drhs_acc element " << i << " is " << acc.data<float>()[i]
+                    << ", gmm_drhs + acc is " << sum;
+      break;
+    }
+  }
+}
+
+TEST_P(GroupedGemm, DrhsAccIsDrhsThenAddBitForBit) {
+  std::vector<Case> all = cases();
+  all.push_back({{3, 130, 2}, 40, 2100, 0, 3, 1});  // few rows per group, long rows of dout
+  all.push_back({{70, 0, 90}, 24, 2048, 1, 2, 0});  // a group offset, an empty local group
+  for (const Case& c : all) {
+    check_drhs_acc(DType::bf16, c);
+    check_drhs_acc(DType::f32, c);
+  }
+}
+
+TEST(GroupedGemmReference, DrhsAccIsDrhsThenAddBitForBit) {
+  ScopedIsa scoped(Isa::reference);
+  for (const Case& c : cases()) {
+    check_drhs_acc(DType::bf16, c);
+    check_drhs_acc(DType::f32, c);
+  }
+}
+
+TEST(GroupedGemmChecks, DrhsAccNamesItsAccumulator) {
+  const GroupLayout g = GroupLayout::from_sizes({4, 4});
+  Tensor lhs(DType::bf16, {8, 12}), dout(DType::bf16, {8, 16}), bf_acc(DType::bf16, {2, 12, 16});
+  Tensor short_acc(DType::f32, {2, 11, 16});
+  try {
+    gmm_drhs_acc(lhs, dout, g, 0, bf_acc);
+    ADD_FAILURE() << "a bf16 accumulator was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("[gmm_drhs] drhs must be f32"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(gmm_drhs_acc(lhs, dout, g, 0, short_acc), Error);
+  Tensor l64(DType::f64, {8, 12}), d64(DType::f64, {8, 16}), a64(DType::f64, {2, 12, 16});
+  EXPECT_THROW(gmm_drhs_acc(l64, d64, g, 0, a64), Error);
+}
+
 TEST(GroupedGemmChecks, DlhsAddNamesItsAddend) {
   const GroupLayout g = GroupLayout::from_sizes({4, 4});
   Tensor dout(DType::bf16, {8, 16}), w(DType::bf16, {2, 12, 16}), dl(DType::bf16, {8, 12});

@@ -399,8 +399,10 @@ struct DoutRows {
 // drhs[g] [Kc, N] = lhs[rows g]^T @ dout[rows g]: A is lhs^T of the group, copied as rows of bf16
 // pairs along the group's rows (whole tile steps, zeros past its rows; at least 16 rows), and B
 // dout's rows of the group packed as pairs: so each element is one chain over the group's rows
-// from its first, in tile steps.
-void drhs_bf16(const Tensor& lhs, const Tensor& dout, const GroupLayout& groups, int64_t goff, Tensor& drhs) {
+// from its first, in tile steps. `accumulate` (gmm_drhs_acc): drhs := drhs + the chain, the add in
+// the epilogue (drhs is the addend), so the gradient is read and written once, with no scratch.
+void drhs_bf16(const Tensor& lhs, const Tensor& dout, const GroupLayout& groups, int64_t goff, Tensor& drhs,
+               bool accumulate) {
   const int64_t Kc = lhs.dim(1), N = dout.dim(1), n_local = drhs.dim(0);
   const bf16* L = lhs.data<bf16>();
   const bf16* D = dout.data<bf16>();
@@ -439,9 +441,19 @@ void drhs_bf16(const Tensor& lhs, const Tensor& dout, const GroupLayout& groups,
     const int64_t R = groups.sizes[size_t(goff + lg)];
     probs.push_back({reinterpret_cast<const bf16*>(lt + at[size_t(lg)]), 2 * steps_of(R) * kStepWords,
                      R > 0 ? Kc : 0, 0, rows_t, R, true, lg * Kc, lg});
-    if (R == 0) zero_gradient<V>(G + lg * Kc * N, Kc * N, drhs.nbytes() >= kStreamBytes);
+    if (R > 0) continue;
+    float* z = G + lg * Kc * N;
+    if (!accumulate) {
+      zero_gradient<V>(z, Kc * N, drhs.nbytes() >= kStreamBytes);
+    } else {
+      parallel_for(Kc * N, 1 << 14, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) z[i] = z[i] + 0.0f;  // + 0: as adding an empty group's zeros
+      });
+    }
   }
-  amx_gemm(probs, N, G, N, Addend{}, DoutRows{D, N, &groups, goff}, drhs.nbytes() >= kStreamBytes);
+  // An accumulated gradient's lines are read right before they are written: plain stores.
+  amx_gemm(probs, N, G, N, accumulate ? Addend{G, N} : Addend{}, DoutRows{D, N, &groups, goff},
+           !accumulate && drhs.nbytes() >= kStreamBytes);
 }
 
 const kernels::Table& base() { return table_avx512_bf16(); }
@@ -470,7 +482,11 @@ void dlhs_add(const Tensor& dout, const Tensor& rhs, const GroupLayout& g, int64
 }
 void drhs(const Tensor& lhs, const Tensor& dout, const GroupLayout& g, int64_t goff, Tensor& out) {
   if (lhs.dtype() == DType::f32) return base().gmm_drhs(lhs, dout, g, goff, out);
-  drhs_bf16(lhs, dout, g, goff, out);
+  drhs_bf16(lhs, dout, g, goff, out, false);
+}
+void drhs_acc(const Tensor& lhs, const Tensor& dout, const GroupLayout& g, int64_t goff, Tensor& acc) {
+  if (lhs.dtype() == DType::f32) return kernels::drhs_acc_by_chunks(base().gmm_drhs, lhs, dout, g, goff, acc);
+  drhs_bf16(lhs, dout, g, goff, acc, true);
 }
 
 }  // namespace
@@ -480,6 +496,7 @@ const kernels::Table& table_amx_bf16() {
     kernels::Table r = base();
     r.isa = Isa::amx_bf16;
     r.gmm = gmm, r.gmm_pair = gmm_pair, r.gmm_dlhs = dlhs, r.gmm_dlhs_add = dlhs_add, r.gmm_drhs = drhs;
+    r.gmm_drhs_acc = drhs_acc;
     return r;
   }();
   return t;
