@@ -105,9 +105,8 @@ struct BackwardOptions {
   // Gradient accumulation in place: add this step's weight gradients into these f32 tensors (every
   // weight the config uses, in the weights' shapes) instead of returning new ones; each element
   // becomes acc + g, the f32 sum an optimizer's `grad += g` gives. The expert gradients are added
-  // in the weight gradient's epilogue at amx_bf16, elsewhere through a scratch of at most an eighth
-  // of the experts (gmm_drhs_acc): never a second full set. The returned LayerGrads::weights are
-  // these same tensors.
+  // in the weight gradient's store (gmm_drhs_acc; through a small scratch at the reference level):
+  // never a second full set. The returned LayerGrads::weights are these same tensors.
   LayerWeights* accumulate = nullptr;
 };
 LayerGrads layer_backward(const Config& cfg, LayerForward& fwd, const Tensor& dy, const AuxCotangents& aux,

@@ -37,7 +37,8 @@ struct Table {
   GemmFn gmm, gmm_dlhs, gmm_drhs;
   GemmPairFn gmm_pair;
   GemmAddFn gmm_dlhs_add;
-  // gmm_drhs_acc (acc := acc + drhs); null: a scratch of a few groups and an add (drhs_acc_by_chunks).
+  // gmm_drhs_acc (acc := acc + drhs); null (the reference level): a scratch of a few groups and an
+  // add (drhs_acc_by_chunks).
   GemmFn gmm_drhs_acc = nullptr;
   // Row primitives (kernels/row_ops.h has their contracts).
   void (*weighted_sum_bb)(const float*, const bf16* const*, int64_t, bf16*, int64_t, const bf16* const*);

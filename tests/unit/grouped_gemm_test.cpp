@@ -661,6 +661,7 @@ TEST_P(GroupedGemm, DrhsAccIsDrhsThenAddBitForBit) {
   std::vector<Case> all = cases();
   all.push_back({{3, 130, 2}, 40, 2100, 0, 3, 1});  // few rows per group, long rows of dout
   all.push_back({{70, 0, 90}, 24, 2048, 1, 2, 0});  // a group offset, an empty local group
+  all.push_back({{2, 4500, 0}, 9, 40, 0, 3, 0});    // a group of several row blocks (a scratch)
   for (const Case& c : all) {
     check_drhs_acc(DType::bf16, c);
     check_drhs_acc(DType::f32, c);

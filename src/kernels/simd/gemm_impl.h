@@ -924,6 +924,7 @@ struct DrhsGroup {
   uint32_t *ap = nullptr, *bp = nullptr;
   bool stream = false;      // non-temporal output stores (the whole gradient is larger than the caches)
   bool accumulate = false;  // rows [r0, r1) continue the sums of the group's earlier rows, stored in G
+  bool add_to_g = false;    // G := G + the sums (gmm_drhs_acc: G is the epilogue's addend)
 
   int64_t P() const { return kWide ? r1 - r0 : words_of<T>(r1 - r0); }
   int64_t panel_words() const { return P() * Step::kB * NR; }
@@ -969,7 +970,8 @@ struct DrhsGroup {
       const AView a{reinterpret_cast<const std::byte*>(ap + kb * P() * KB), 4, KB * 4};
       run_rows<V, Step, S::MR, S::NV>(a, 0, std::min(KB, Kc - k0), bp + pi * panel_words(), P(), false,
                                       G + k0 * N + c0, N, std::min<int64_t>(NR, N - c0), nullptr, stream,
-                                      accumulate ? G + k0 * N + c0 : nullptr, N);
+                                      accumulate ? G + k0 * N + c0 : nullptr, N,
+                                      add_to_g ? Addend{G + k0 * N + c0, N} : Addend{});
     }
     if (stream) V::fence();  // the streamed gradient rows are visible before the task reports done
   }
@@ -1023,8 +1025,19 @@ inline int64_t block_rows(int64_t rows) {
   return per + per % 2;
 }
 
+// An empty group's gradient: zeros, or (add) G + 0 (as adding zeros: -0 becomes +0).
+template <class V>
+void empty_gradient(float* G, int64_t n, bool stream, bool add) {
+  if (!add) return zero_gradient<V>(G, n, stream);
+  for (int64_t i = 0; i < n; ++i) G[i] = G[i] + 0.0f;
+}
+
+// `add` (gmm_drhs_acc): drhs := drhs + the gradient, the add in the tiles' store; a group of
+// several row blocks (whose partial sums are stored in its output between blocks) goes through a
+// scratch of one group and an add instead.
 template <class Lv, class T, bool kWide = kWidened<Lv, T>>
-void drhs_typed(const Tensor& lhs, const Tensor& dout, const GroupLayout& groups, int64_t goff, Tensor& drhs) {
+void drhs_typed(const Tensor& lhs, const Tensor& dout, const GroupLayout& groups, int64_t goff, Tensor& drhs,
+                bool add = false) {
   using V = typename Lv::V;
   const int64_t n_local = drhs.dim(0);
   int64_t largest = 0;
@@ -1034,8 +1047,9 @@ void drhs_typed(const Tensor& lhs, const Tensor& dout, const GroupLayout& groups
     parallel_for(n_local, 1, [&](int64_t b, int64_t e) {
       for (int64_t lg = b; lg < e; ++lg) {
         DrhsGroup<Lv, T, kWide> g = group_of<Lv, T, kWide>(lhs, dout, groups, goff, drhs, lg);
+        if (add) g.stream = false, g.add_to_g = true;  // each line is read right before it is written
         if (g.r0 == g.r1) {
-          zero_gradient<V>(g.G, g.Kc * g.N, g.stream);
+          empty_gradient<V>(g.G, g.Kc * g.N, g.stream, add);
           continue;
         }
         g.ap = scratch(g.a_words(), 0), g.bp = scratch(g.b_words(), 1);
@@ -1050,14 +1064,25 @@ void drhs_typed(const Tensor& lhs, const Tensor& dout, const GroupLayout& groups
   parallel_for(n_local, 1, [&](int64_t b, int64_t e) {
     for (int64_t lg = b; lg < e; ++lg) {
       const DrhsGroup<Lv, T, kWide> g = group_of<Lv, T, kWide>(lhs, dout, groups, goff, drhs, lg);
-      if (g.r0 == g.r1) zero_gradient<V>(g.G, g.Kc * g.N, g.stream);
+      if (g.r0 == g.r1) empty_gradient<V>(g.G, g.Kc * g.N, g.stream && !add, add);
     }
   });
   Words apack(Words::From::engine), bpack(Words::From::engine);
   for (int64_t lg = 0; lg < n_local; ++lg) {
-    const DrhsGroup<Lv, T, kWide> whole = group_of<Lv, T, kWide>(lhs, dout, groups, goff, drhs, lg);
+    DrhsGroup<Lv, T, kWide> whole = group_of<Lv, T, kWide>(lhs, dout, groups, goff, drhs, lg);
     if (whole.r0 == whole.r1) continue;
     const int64_t step = block_rows(whole.r1 - whole.r0);
+    if (add && step < whole.r1 - whole.r0) {  // several blocks: this group alone into a scratch, then added
+      Tensor part = Tensor::empty(DType::f32, {1, whole.Kc, whole.N});
+      drhs_typed<Lv, T, kWide>(lhs, dout, groups, goff + lg, part);
+      const float* p = part.data<float>();
+      float* G = whole.G;
+      parallel_for(whole.Kc * whole.N, 1 << 14, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) G[i] = G[i] + p[i];
+      });
+      continue;
+    }
+    if (add) whole.stream = false, whole.add_to_g = true;
     for (int64_t b0 = whole.r0; b0 < whole.r1; b0 += step) {
       DrhsGroup<Lv, T, kWide> g = whole;
       g.r0 = b0, g.r1 = std::min(whole.r1, b0 + step);
@@ -1098,6 +1123,11 @@ struct Gemm {
   static void drhs(const Tensor& lhs, const Tensor& dout, const GroupLayout& g, int64_t goff, Tensor& drhs) {
     if (lhs.dtype() == DType::f32) return drhs_typed<Lv, float>(lhs, dout, g, goff, drhs);
     drhs_typed<Lv, bf16>(lhs, dout, g, goff, drhs);
+  }
+  static void drhs_acc(const Tensor& lhs, const Tensor& dout, const GroupLayout& g, int64_t goff,
+                       Tensor& acc) {
+    if (lhs.dtype() == DType::f32) return drhs_typed<Lv, float>(lhs, dout, g, goff, acc, true);
+    drhs_typed<Lv, bf16>(lhs, dout, g, goff, acc, true);
   }
 };
 

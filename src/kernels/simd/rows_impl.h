@@ -78,6 +78,7 @@ kernels::Table level_table(Isa isa) {
   t.gmm = Gemm<Lv>::gmm;
   t.gmm_dlhs = Gemm<Lv>::dlhs;
   t.gmm_drhs = Gemm<Lv>::drhs;
+  t.gmm_drhs_acc = Gemm<Lv>::drhs_acc;
   t.gmm_pair = Gemm<Lv>::gmm_pair;
   t.gmm_dlhs_add = Gemm<Lv>::dlhs_add;
   t.weighted_sum_bb = weighted_sum<V, bf16, bf16>;

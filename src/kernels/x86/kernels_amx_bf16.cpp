@@ -485,7 +485,7 @@ void drhs(const Tensor& lhs, const Tensor& dout, const GroupLayout& g, int64_t g
   drhs_bf16(lhs, dout, g, goff, out, false);
 }
 void drhs_acc(const Tensor& lhs, const Tensor& dout, const GroupLayout& g, int64_t goff, Tensor& acc) {
-  if (lhs.dtype() == DType::f32) return kernels::drhs_acc_by_chunks(base().gmm_drhs, lhs, dout, g, goff, acc);
+  if (lhs.dtype() == DType::f32) return base().gmm_drhs_acc(lhs, dout, g, goff, acc);
   drhs_bf16(lhs, dout, g, goff, acc, true);
 }
 
