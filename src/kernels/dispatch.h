@@ -23,6 +23,8 @@ using GemmFn = void (*)(const Tensor&, const Tensor&, const GroupLayout&, int64_
 using GemmPairFn = void (*)(const Tensor&, const Tensor&, const Tensor&, const GroupLayout&, int64_t,
                             Tensor&);
 using GemmAddFn = void (*)(const Tensor&, const Tensor&, const GroupLayout&, int64_t, const Tensor&, Tensor&);
+using DrhsPairFn = void (*)(const Tensor&, const Tensor&, const Tensor&, const GroupLayout&, int64_t, Tensor&,
+                            Tensor&, bool);
 
 // The per-step constants of one AdamW update (train/optimizer.h has the formula).
 struct AdamWStep {
@@ -40,6 +42,8 @@ struct Table {
   // gmm_drhs_acc (acc := acc + drhs); null (the reference level): a scratch of a few groups and an
   // add (drhs_acc_by_chunks).
   GemmFn gmm_drhs_acc = nullptr;
+  // gmm_drhs_pair; null: two calls (drhs_pair_by_calls).
+  DrhsPairFn gmm_drhs_pair = nullptr;
   // Row primitives (kernels/row_ops.h has their contracts).
   void (*weighted_sum_bb)(const float*, const bf16* const*, int64_t, bf16*, int64_t, const bf16* const*);
   void (*weighted_sum_bf)(const float*, const bf16* const*, int64_t, float*, int64_t, const bf16* const*);
@@ -66,6 +70,11 @@ struct Table {
 // at a time into a scratch, each chunk then added to acc in f32 (the same bits).
 void drhs_acc_by_chunks(GemmFn drhs, const Tensor& lhs, const Tensor& dout, const GroupLayout& groups,
                         int64_t group_offset, Tensor& acc);
+
+// gmm_drhs_pair as the two calls of table `t` (gmm_drhs, or gmm_drhs_acc when accumulating).
+void drhs_pair_by_calls(const Table& t, const Tensor& lhs, const Tensor& dout0, const Tensor& dout1,
+                        const GroupLayout& groups, int64_t group_offset, Tensor& out0, Tensor& out1,
+                        bool accumulate);
 
 // The table of `isa` (REQUIRES: isa_supported(isa)).
 const Table& table(Isa isa);

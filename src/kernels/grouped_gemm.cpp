@@ -3,6 +3,7 @@
 #include "kernels/grouped_gemm.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "kernels/dispatch.h"
 #include "kernels/grouped_gemm_internal.h"
@@ -135,7 +136,33 @@ void gmm_drhs_acc(const Tensor& lhs, const Tensor& dout, const GroupLayout& g, i
   kernels::drhs_acc_by_chunks(t.gmm_drhs, lhs, dout, g, o, acc);
 }
 
+void gmm_drhs_pair(const Tensor& lhs, const Tensor& dout0, const Tensor& dout1, const GroupLayout& g,
+                   int64_t o, Tensor& out0, Tensor& out1, bool accumulate) {
+  if (accumulate && lhs.dtype() == DType::f64) fail("[gmm_drhs_acc] f64 inputs: accumulation is f32 only");
+  detail::check_gmm_drhs(lhs, dout0, g, o, out0);
+  detail::check_gmm_drhs(lhs, dout1, g, o, out1);
+  if (lhs.dtype() == DType::f64) {
+    reference::gmm_drhs(lhs, dout0, g, o, out0);
+    return reference::gmm_drhs(lhs, dout1, g, o, out1);
+  }
+  const kernels::Table& t = kernels::table();
+  if (t.gmm_drhs_pair) return t.gmm_drhs_pair(lhs, dout0, dout1, g, o, out0, out1, accumulate);
+  kernels::drhs_pair_by_calls(t, lhs, dout0, dout1, g, o, out0, out1, accumulate);
+}
+
 namespace kernels {
+void drhs_pair_by_calls(const Table& t, const Tensor& lhs, const Tensor& dout0, const Tensor& dout1,
+                        const GroupLayout& g, int64_t o, Tensor& out0, Tensor& out1, bool accumulate) {
+  for (auto [dout, out] : {std::pair<const Tensor*, Tensor*>{&dout0, &out0}, {&dout1, &out1}}) {
+    if (!accumulate)
+      t.gmm_drhs(lhs, *dout, g, o, *out);
+    else if (t.gmm_drhs_acc)
+      t.gmm_drhs_acc(lhs, *dout, g, o, *out);
+    else
+      drhs_acc_by_chunks(t.gmm_drhs, lhs, *dout, g, o, *out);
+  }
+}
+
 void drhs_acc_by_chunks(GemmFn drhs, const Tensor& lhs, const Tensor& dout, const GroupLayout& g, int64_t o,
                         Tensor& acc) {
   const int64_t E = acc.dim(0), chunk = std::max<int64_t>(1, (E + 7) / 8);

@@ -71,6 +71,12 @@ void gmm_drhs(const Tensor& lhs, const Tensor& dout, const GroupLayout& groups, 
 void gmm_drhs_acc(const Tensor& lhs, const Tensor& dout, const GroupLayout& groups, int64_t group_offset,
                   Tensor& acc);
 
+// The weight gradients of one lhs against two douts (the separate wi_0 / wi_1 layout): out0 from
+// dout0, out1 from dout1, as gmm_drhs (accumulate: gmm_drhs_acc) would write them, bit for bit;
+// a level that copies lhs^T copies it once for both.
+void gmm_drhs_pair(const Tensor& lhs, const Tensor& dout0, const Tensor& dout1, const GroupLayout& groups,
+                   int64_t group_offset, Tensor& out0, Tensor& out1, bool accumulate);
+
 namespace reference {
 // Plain loops with the same contract: the spec every fast kernel is tested against.
 void gmm(const Tensor& lhs, const Tensor& rhs, const GroupLayout& groups, int64_t group_offset, Tensor& out);

@@ -175,8 +175,9 @@ void ffn_weight_grads_into(const FfnWeights& w, FfnGradInputs& in, const GroupLa
     }
     grads.wi = w.split ? dwi.reshaped({2, El, D / 2, 2 * F}) : dwi;
   } else {
-    product(in.xs, in.dh0, grads.wi_0, {El, D, F});
-    product(in.xs, in.dh1, grads.wi_1, {El, D, F});
+    // One call for both: xs^T is copied once where the level copies it (the bits of two products).
+    if (!accumulate) grads.wi_0 = Tensor::empty(acc, {El, D, F}), grads.wi_1 = Tensor::empty(acc, {El, D, F});
+    gmm_drhs_pair(in.xs, in.dh0, in.dh1, g, 0, grads.wi_0, grads.wi_1, accumulate);
   }
   if (release) in.xs = in.dh = in.dh0 = in.dh1 = Tensor();
 }

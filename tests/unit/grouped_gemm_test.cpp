@@ -668,6 +668,37 @@ TEST_P(GroupedGemm, DrhsAccIsDrhsThenAddBitForBit) {
   }
 }
 
+// gmm_drhs_pair: the two gmm_drhs (accumulating: gmm_drhs_acc) calls, bit for bit.
+void check_drhs_pair(DType in, const Case& c, bool accumulate) {
+  SCOPED_TRACE(::testing::Message() << "Kc " << c.Kc << " N " << c.N << " in " << dtype_name(in) << " acc "
+                                    << accumulate);
+  const GroupLayout g = GroupLayout::from_sizes(c.sizes);
+  const int64_t M = rows_of(c, g), N1 = c.N + 7;
+  Tensor lhs = random_tensor(in, {M, c.Kc}, 94), d0 = random_tensor(in, {M, c.N}, 95),
+         d1 = random_tensor(in, {M, N1}, 96);
+  Tensor o0 = random_tensor(DType::f32, {c.n_local, c.Kc, c.N}, 97),
+         o1 = random_tensor(DType::f32, {c.n_local, c.Kc, N1}, 98);
+  Tensor e0 = o0.clone(), e1 = o1.clone();
+  gmm_drhs_pair(lhs, d0, d1, g, c.goff, o0, o1, accumulate);
+  if (accumulate) {
+    gmm_drhs_acc(lhs, d0, g, c.goff, e0);
+    gmm_drhs_acc(lhs, d1, g, c.goff, e1);
+  } else {
+    gmm_drhs(lhs, d0, g, c.goff, e0);
+    gmm_drhs(lhs, d1, g, c.goff, e1);
+  }
+  EXPECT_EQ(std::memcmp(o0.raw(), e0.raw(), o0.nbytes()), 0) << "out0";
+  EXPECT_EQ(std::memcmp(o1.raw(), e1.raw(), o1.nbytes()), 0) << "out1";
+}
+
+TEST_P(GroupedGemm, DrhsPairIsTwoDrhsBitForBit) {
+  for (const Case& c : cases())
+    for (bool acc : {false, true}) {
+      check_drhs_pair(DType::bf16, c, acc);
+      check_drhs_pair(DType::f32, c, acc);
+    }
+}
+
 TEST(GroupedGemmReference, DrhsAccIsDrhsThenAddBitForBit) {
   ScopedIsa scoped(Isa::reference);
   for (const Case& c : cases()) {

@@ -399,61 +399,78 @@ struct DoutRows {
 // drhs[g] [Kc, N] = lhs[rows g]^T @ dout[rows g]: A is lhs^T of the group, copied as rows of bf16
 // pairs along the group's rows (whole tile steps, zeros past its rows; at least 16 rows), and B
 // dout's rows of the group packed as pairs: so each element is one chain over the group's rows
-// from its first, in tile steps. `accumulate` (gmm_drhs_acc): drhs := drhs + the chain, the add in
-// the epilogue (drhs is the addend), so the gradient is read and written once, with no scratch.
-void drhs_bf16(const Tensor& lhs, const Tensor& dout, const GroupLayout& groups, int64_t goff, Tensor& drhs,
-               bool accumulate) {
-  const int64_t Kc = lhs.dim(1), N = dout.dim(1), n_local = drhs.dim(0);
-  const bf16* L = lhs.data<bf16>();
-  const bf16* D = dout.data<bf16>();
-  float* G = drhs.data<float>();
-  const int64_t rows_t = std::max<int64_t>(Kc, 16);  // rows of a group's lhs^T copy
-  std::vector<int64_t> at(size_t(n_local) + 1, 0);   // words of the copies before group lg
-  for (int64_t lg = 0; lg < n_local; ++lg)
-    at[size_t(lg) + 1] = at[size_t(lg)] + rows_t * steps_of(groups.sizes[size_t(goff + lg)]) * kStepWords;
-  Words buf(Words::From::engine);
-  uint32_t* lt = buf.get(size_t(std::max<int64_t>(at.back(), 1)));
-  // Copies: (group, 16 columns of lhs) per job; 16 x 16 words transposed at a time.
-  const int64_t cblocks = (rows_t + V::L - 1) / V::L;
-  parallel_for(n_local * cblocks, 1, [&](int64_t b, int64_t e) {
-    for (int64_t j = b; j < e; ++j) {
-      const int64_t lg = j / cblocks, c0 = j % cblocks * V::L;
-      const int64_t g0 = groups.offsets[size_t(goff + lg)], R = groups.sizes[size_t(goff + lg)];
-      const int64_t words = steps_of(R) * kStepWords,
-                    nc = std::max<int64_t>(0, std::min<int64_t>(V::L, Kc - c0));
-      uint32_t* dst = lt + at[size_t(lg)];
-      for (int64_t q0 = 0; q0 < words; q0 += V::L) {
-        typename V::I r[V::L];
-        for (int i = 0; i < V::L; ++i) {
-          const int64_t k = 2 * (q0 + i);  // lhs rows k, k + 1 of the group
-          r[i] = V::zero_words();
-          if (k < R) r[i] = V::u16_n(u16(L + (g0 + k) * Kc + c0), nc);
-          if (k + 1 < R) r[i] = V::or_(r[i], V::shl16(V::u16_n(u16(L + (g0 + k + 1) * Kc + c0), nc)));
+// from its first, in tile steps. The copy depends only on lhs and the groups, so the two weight
+// gradients of one lhs (wi_0 and wi_1) share it (drhs_pair).
+class LhsT {
+ public:
+  LhsT(const Tensor& lhs, const GroupLayout& groups, int64_t goff, int64_t n_local)
+      : buf_(Words::From::engine) {
+    const int64_t Kc = lhs.dim(1);
+    const bf16* L = lhs.data<bf16>();
+    const int64_t rows_t = std::max<int64_t>(Kc, 16);  // rows of a group's lhs^T copy
+    std::vector<int64_t> at(size_t(n_local) + 1, 0);   // words of the copies before group lg
+    for (int64_t lg = 0; lg < n_local; ++lg)
+      at[size_t(lg) + 1] = at[size_t(lg)] + rows_t * steps_of(groups.sizes[size_t(goff + lg)]) * kStepWords;
+    uint32_t* lt = buf_.get(size_t(std::max<int64_t>(at.back(), 1)));
+    // Copies: (group, 16 columns of lhs) per job; 16 x 16 words transposed at a time.
+    const int64_t cblocks = (rows_t + V::L - 1) / V::L;
+    parallel_for(n_local * cblocks, 1, [&](int64_t b, int64_t e) {
+      for (int64_t j = b; j < e; ++j) {
+        const int64_t lg = j / cblocks, c0 = j % cblocks * V::L;
+        const int64_t g0 = groups.offsets[size_t(goff + lg)], R = groups.sizes[size_t(goff + lg)];
+        const int64_t words = steps_of(R) * kStepWords,
+                      nc = std::max<int64_t>(0, std::min<int64_t>(V::L, Kc - c0));
+        uint32_t* dst = lt + at[size_t(lg)];
+        for (int64_t q0 = 0; q0 < words; q0 += V::L) {
+          typename V::I r[V::L];
+          for (int i = 0; i < V::L; ++i) {
+            const int64_t k = 2 * (q0 + i);  // lhs rows k, k + 1 of the group
+            r[i] = V::zero_words();
+            if (k < R) r[i] = V::u16_n(u16(L + (g0 + k) * Kc + c0), nc);
+            if (k + 1 < R) r[i] = V::or_(r[i], V::shl16(V::u16_n(u16(L + (g0 + k + 1) * Kc + c0), nc)));
+          }
+          V::transpose(r);
+          for (int64_t i = 0; i < std::min<int64_t>(V::L, rows_t - c0); ++i)
+            V::store_words(dst + (c0 + i) * words + q0, r[i]);
         }
-        V::transpose(r);
-        for (int64_t i = 0; i < std::min<int64_t>(V::L, rows_t - c0); ++i)
-          V::store_words(dst + (c0 + i) * words + q0, r[i]);
       }
-    }
-  });
-  std::vector<Problem> probs;
-  for (int64_t lg = 0; lg < n_local; ++lg) {
-    const int64_t R = groups.sizes[size_t(goff + lg)];
-    probs.push_back({reinterpret_cast<const bf16*>(lt + at[size_t(lg)]), 2 * steps_of(R) * kStepWords,
-                     R > 0 ? Kc : 0, 0, rows_t, R, true, lg * Kc, lg});
-    if (R > 0) continue;
-    float* z = G + lg * Kc * N;
-    if (!accumulate) {
-      zero_gradient<V>(z, Kc * N, drhs.nbytes() >= kStreamBytes);
-    } else {
-      parallel_for(Kc * N, 1 << 14, [&](int64_t b, int64_t e) {
-        for (int64_t i = b; i < e; ++i) z[i] = z[i] + 0.0f;  // + 0: as adding an empty group's zeros
-      });
+    });
+    for (int64_t lg = 0; lg < n_local; ++lg) {
+      const int64_t R = groups.sizes[size_t(goff + lg)];
+      probs_.push_back({reinterpret_cast<const bf16*>(lt + at[size_t(lg)]), 2 * steps_of(R) * kStepWords,
+                        R > 0 ? Kc : 0, 0, rows_t, R, true, lg * Kc, lg});
     }
   }
-  // An accumulated gradient's lines are read right before they are written: plain stores.
-  amx_gemm(probs, N, G, N, accumulate ? Addend{G, N} : Addend{}, DoutRows{D, N, &groups, goff},
-           !accumulate && drhs.nbytes() >= kStreamBytes);
+
+  // drhs from dout (`accumulate`, gmm_drhs_acc: drhs := drhs + the chain, the add in the epilogue,
+  // drhs its addend, so the gradient is read and written once, with no scratch).
+  void run(const Tensor& dout, const GroupLayout& groups, int64_t goff, Tensor& drhs, bool accumulate) const {
+    const int64_t N = dout.dim(1), Kc = drhs.dim(1);
+    float* G = drhs.data<float>();
+    for (const Problem& p : probs_) {
+      if (p.rows > 0 || groups.sizes[size_t(goff + p.id)] > 0) continue;
+      float* z = G + p.id * Kc * N;
+      if (!accumulate) {
+        zero_gradient<V>(z, Kc * N, drhs.nbytes() >= kStreamBytes);
+      } else {
+        parallel_for(Kc * N, 1 << 14, [&](int64_t b, int64_t e) {
+          for (int64_t i = b; i < e; ++i) z[i] = z[i] + 0.0f;  // + 0: as adding an empty group's zeros
+        });
+      }
+    }
+    // An accumulated gradient's lines are read right before they are written: plain stores.
+    amx_gemm(probs_, N, G, N, accumulate ? Addend{G, N} : Addend{},
+             DoutRows{dout.data<bf16>(), N, &groups, goff}, !accumulate && drhs.nbytes() >= kStreamBytes);
+  }
+
+ private:
+  Words buf_;
+  std::vector<Problem> probs_;
+};
+
+void drhs_bf16(const Tensor& lhs, const Tensor& dout, const GroupLayout& groups, int64_t goff, Tensor& drhs,
+               bool accumulate) {
+  LhsT(lhs, groups, goff, drhs.dim(0)).run(dout, groups, goff, drhs, accumulate);
 }
 
 const kernels::Table& base() { return table_avx512_bf16(); }
@@ -484,6 +501,14 @@ void drhs(const Tensor& lhs, const Tensor& dout, const GroupLayout& g, int64_t g
   if (lhs.dtype() == DType::f32) return base().gmm_drhs(lhs, dout, g, goff, out);
   drhs_bf16(lhs, dout, g, goff, out, false);
 }
+void drhs_pair(const Tensor& lhs, const Tensor& dout0, const Tensor& dout1, const GroupLayout& g,
+               int64_t goff, Tensor& out0, Tensor& out1, bool accumulate) {
+  if (lhs.dtype() == DType::f32)
+    return kernels::drhs_pair_by_calls(base(), lhs, dout0, dout1, g, goff, out0, out1, accumulate);
+  const LhsT lt(lhs, g, goff, out0.dim(0));
+  lt.run(dout0, g, goff, out0, accumulate);
+  lt.run(dout1, g, goff, out1, accumulate);
+}
 void drhs_acc(const Tensor& lhs, const Tensor& dout, const GroupLayout& g, int64_t goff, Tensor& acc) {
   if (lhs.dtype() == DType::f32) return base().gmm_drhs_acc(lhs, dout, g, goff, acc);
   drhs_bf16(lhs, dout, g, goff, acc, true);
@@ -496,7 +521,7 @@ const kernels::Table& table_amx_bf16() {
     kernels::Table r = base();
     r.isa = Isa::amx_bf16;
     r.gmm = gmm, r.gmm_pair = gmm_pair, r.gmm_dlhs = dlhs, r.gmm_dlhs_add = dlhs_add, r.gmm_drhs = drhs;
-    r.gmm_drhs_acc = drhs_acc;
+    r.gmm_drhs_acc = drhs_acc, r.gmm_drhs_pair = drhs_pair;
     return r;
   }();
   return t;
