@@ -23,6 +23,8 @@ using GemmFn = void (*)(const Tensor&, const Tensor&, const GroupLayout&, int64_
 using GemmPairFn = void (*)(const Tensor&, const Tensor&, const Tensor&, const GroupLayout&, int64_t,
                             Tensor&);
 using GemmAddFn = void (*)(const Tensor&, const Tensor&, const GroupLayout&, int64_t, const Tensor&, Tensor&);
+using DlhsSumFn = void (*)(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const GroupLayout&,
+                           int64_t, Tensor&);
 using DrhsPairFn = void (*)(const Tensor&, const Tensor&, const Tensor&, const GroupLayout&, int64_t, Tensor&,
                             Tensor&, bool);
 
@@ -44,6 +46,8 @@ struct Table {
   GemmFn gmm_drhs_acc = nullptr;
   // gmm_drhs_pair; null: two calls (drhs_pair_by_calls).
   DrhsPairFn gmm_drhs_pair = nullptr;
+  // gmm_dlhs_sum; null: gmm_dlhs into an f32 partial, then gmm_dlhs_add (dlhs_sum_by_calls).
+  DlhsSumFn gmm_dlhs_sum = nullptr;
   // Row primitives (kernels/row_ops.h has their contracts).
   void (*weighted_sum_bb)(const float*, const bf16* const*, int64_t, bf16*, int64_t, const bf16* const*);
   void (*weighted_sum_bf)(const float*, const bf16* const*, int64_t, float*, int64_t, const bf16* const*);
@@ -75,6 +79,10 @@ void drhs_acc_by_chunks(GemmFn drhs, const Tensor& lhs, const Tensor& dout, cons
 void drhs_pair_by_calls(const Table& t, const Tensor& lhs, const Tensor& dout0, const Tensor& dout1,
                         const GroupLayout& groups, int64_t group_offset, Tensor& out0, Tensor& out1,
                         bool accumulate);
+
+// gmm_dlhs_sum as table `t`'s gmm_dlhs into an f32 partial and its gmm_dlhs_add.
+void dlhs_sum_by_calls(const Table& t, const Tensor& dout0, const Tensor& rhs0, const Tensor& dout1,
+                       const Tensor& rhs1, const GroupLayout& groups, int64_t group_offset, Tensor& dlhs);
 
 // The table of `isa` (REQUIRES: isa_supported(isa)).
 const Table& table(Isa isa);

@@ -136,6 +136,20 @@ void gmm_drhs_acc(const Tensor& lhs, const Tensor& dout, const GroupLayout& g, i
   kernels::drhs_acc_by_chunks(t.gmm_drhs, lhs, dout, g, o, acc);
 }
 
+void gmm_dlhs_sum(const Tensor& dout0, const Tensor& rhs0, const Tensor& dout1, const Tensor& rhs1,
+                  const GroupLayout& g, int64_t o, Tensor& dlhs) {
+  detail::check_gmm_dlhs(dout0, rhs0, g, o, dlhs);
+  detail::check_gmm_dlhs(dout1, rhs1, g, o, dlhs);
+  if (dout0.dtype() == DType::f64) {
+    Tensor p0(DType::f64, dlhs.shape());
+    reference::gmm_dlhs(dout0, rhs0, g, o, p0);
+    return reference::gmm_dlhs_add(dout1, rhs1, g, o, p0, dlhs);
+  }
+  const kernels::Table& t = kernels::table();
+  if (t.gmm_dlhs_sum) return t.gmm_dlhs_sum(dout0, rhs0, dout1, rhs1, g, o, dlhs);
+  kernels::dlhs_sum_by_calls(t, dout0, rhs0, dout1, rhs1, g, o, dlhs);
+}
+
 void gmm_drhs_pair(const Tensor& lhs, const Tensor& dout0, const Tensor& dout1, const GroupLayout& g,
                    int64_t o, Tensor& out0, Tensor& out1, bool accumulate) {
   if (accumulate && lhs.dtype() == DType::f64) fail("[gmm_drhs_acc] f64 inputs: accumulation is f32 only");
@@ -151,6 +165,13 @@ void gmm_drhs_pair(const Tensor& lhs, const Tensor& dout0, const Tensor& dout1, 
 }
 
 namespace kernels {
+void dlhs_sum_by_calls(const Table& t, const Tensor& dout0, const Tensor& rhs0, const Tensor& dout1,
+                       const Tensor& rhs1, const GroupLayout& g, int64_t o, Tensor& dlhs) {
+  Tensor p0 = Tensor::empty(DType::f32, dlhs.shape());
+  t.gmm_dlhs(dout0, rhs0, g, o, p0);
+  t.gmm_dlhs_add(dout1, rhs1, g, o, p0, dlhs);
+}
+
 void drhs_pair_by_calls(const Table& t, const Tensor& lhs, const Tensor& dout0, const Tensor& dout1,
                         const GroupLayout& g, int64_t o, Tensor& out0, Tensor& out1, bool accumulate) {
   for (auto [dout, out] : {std::pair<const Tensor*, Tensor*>{&dout0, &out0}, {&dout1, &out1}}) {

@@ -71,6 +71,12 @@ void gmm_drhs(const Tensor& lhs, const Tensor& dout, const GroupLayout& groups, 
 void gmm_drhs_acc(const Tensor& lhs, const Tensor& dout, const GroupLayout& groups, int64_t group_offset,
                   Tensor& acc);
 
+// The separate layout's data gradient: dlhs = round(p0 + p1) with p0 = dout0 @ rhs0[g]^T and p1 =
+// dout1 @ rhs1[g]^T in f32 (rhs0, rhs1 [n_local, Kc, N]), bit for bit gmm_dlhs(dout0, rhs0) into an
+// f32 tensor followed by gmm_dlhs_add(dout1, rhs1, that tensor); a level may keep p0 in its tiles.
+void gmm_dlhs_sum(const Tensor& dout0, const Tensor& rhs0, const Tensor& dout1, const Tensor& rhs1,
+                  const GroupLayout& groups, int64_t group_offset, Tensor& dlhs);
+
 // The weight gradients of one lhs against two douts (the separate wi_0 / wi_1 layout): out0 from
 // dout0, out1 from dout1, as gmm_drhs (accumulate: gmm_drhs_acc) would write them, bit for bit;
 // a level that copies lhs^T copies it once for both.

@@ -133,14 +133,10 @@ Tensor ffn_backward_data(const Config& cfg, const FfnWeights& w, const Tensor& x
                      {keep.dh1, 0, F});
   da = Tensor();
   if (rel.act) rel.act->h = Tensor();
-  // dxs = round(p0 + dh1 @ wi_1^T), p0 = dh0 @ wi_0^T in f32: the second product is added to p0 in
-  // the GEMM's tiles, never written in f32 itself.
-  const DType acc = dt == DType::f64 ? DType::f64 : DType::f32;
-  Tensor p0 = rows_tensor(acc, R, D, rows);
-  gmm_dlhs(keep.dh0, w.wi_0, g, 0, p0);
-  if (rel.w) rel.w->wi_0 = Tensor();
-  gmm_dlhs_add(keep.dh1, w.wi_1, g, 0, p0, dxs);
-  if (rel.w) rel.w->wi_1 = Tensor();
+  // dxs = round(p0 + dh1 @ wi_1^T), p0 = dh0 @ wi_0^T in f32 (gmm_dlhs_sum: at amx_bf16 p0 stays in
+  // the tiles' sums; elsewhere it is written in f32 and the second product added to it in the tiles).
+  gmm_dlhs_sum(keep.dh0, w.wi_0, keep.dh1, w.wi_1, g, 0, dxs);
+  if (rel.w) rel.w->wi_0 = Tensor(), rel.w->wi_1 = Tensor();
   return dxs;
 }
 

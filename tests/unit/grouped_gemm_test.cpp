@@ -699,6 +699,42 @@ TEST_P(GroupedGemm, DrhsPairIsTwoDrhsBitForBit) {
     }
 }
 
+// gmm_dlhs_sum: gmm_dlhs into f32, then gmm_dlhs_add, bit for bit (rows of other groups untouched).
+void check_dlhs_sum(DType in, DType out_t, const Case& c) {
+  SCOPED_TRACE(::testing::Message() << "Kc " << c.Kc << " N " << c.N << " in " << dtype_name(in) << " out "
+                                    << dtype_name(out_t));
+  const GroupLayout g = GroupLayout::from_sizes(c.sizes);
+  const int64_t M = rows_of(c, g);
+  Tensor d0 = random_tensor(in, {M, c.N}, 101), d1 = random_tensor(in, {M, c.N}, 102);
+  Tensor w0 = random_tensor(in, {c.n_local, c.Kc, c.N}, 103),
+         w1 = random_tensor(in, {c.n_local, c.Kc, c.N}, 104);
+  Guarded fused(out_t, M, c.Kc, 3);
+  gmm_dlhs_sum(d0, w0, d1, w1, g, c.goff, fused.view);
+  Tensor p0(DType::f32, {M, c.Kc}), two(out_t, {M, c.Kc});
+  gmm_dlhs(d0, w0, g, c.goff, p0);
+  gmm_dlhs_add(d1, w1, g, c.goff, p0, two);
+  const auto [a, b] = local_rows(c, g);
+  const size_t eb = dtype_size(out_t);
+  EXPECT_EQ(std::memcmp(static_cast<const std::byte*>(fused.view.raw()) + size_t(a * c.Kc) * eb,
+                        static_cast<const std::byte*>(two.raw()) + size_t(a * c.Kc) * eb,
+                        size_t((b - a) * c.Kc) * eb),
+            0)
+      << "gmm_dlhs_sum differs from gmm_dlhs + gmm_dlhs_add";
+  expect_rows_untouched(fused.view, c, g, "gmm_dlhs_sum");
+  EXPECT_TRUE(fused.guards_intact()) << "gmm_dlhs_sum wrote outside its output";
+}
+
+TEST_P(GroupedGemm, DlhsSumIsDlhsThenDlhsAddBitForBit) {
+  std::vector<Case> all = cases();
+  all.push_back({{3, 130, 2}, 40, 2100, 0, 3, 1});  // few rows per group, a long reduction: several slices
+  all.push_back({{70, 0, 90}, 24, 600, 1, 2, 0});   // a group offset, an empty local group
+  for (const Case& c : all) {
+    check_dlhs_sum(DType::bf16, DType::bf16, c);
+    check_dlhs_sum(DType::bf16, DType::f32, c);
+    check_dlhs_sum(DType::f32, DType::f32, c);
+  }
+}
+
 TEST(GroupedGemmReference, DrhsAccIsDrhsThenAddBitForBit) {
   ScopedIsa scoped(Isa::reference);
   for (const Case& c : cases()) {

@@ -9,7 +9,8 @@
 // its row of A, its column of B and the length: never on the tile or row block a row lands in, the
 // column block, the reduction slices (the f32 sums are stored and reloaded exactly between them) or
 // the thread, so row independence, fused = split = expert parallelism hold here as at every level.
-// The weight gradient's chains run over a group's rows from its first row. TDPBF16PS flushes bf16
+// The weight gradient's chains run over a group's rows from its first row. gmm_dlhs_sum runs two
+// such chains per element (its two reduction segments, each from +0) and writes second + first. TDPBF16PS flushes bf16
 // denormal inputs and f32 denormal results to zero, as vdpbf16ps does; its sums of pairs round as
 // the hardware rounds them, so this level's bits differ from avx512_bf16's (within the bound).
 //
@@ -80,11 +81,15 @@ class Tiles {
 // A: rows of `len` bf16 at a stride of `lda`; rows [lo, hi) (lo <= 0, hi >= rows, hi - lo >= 16) may be
 // read, so a block of fewer than 32 rows loads its 16-row tiles from a window inside them. `padded`:
 // every row holds whole tile steps (zeros past len); else the last step is copied zero-padded.
+// `a2` (gmm_dlhs_sum): a second reduction segment, rows of A at a2 (laid out as a's) against the
+// weights' segment 1: its chain runs from +0 apart from the first's, and the output is the two
+// chains' f32 sum (second + first), rounded once.
 struct Problem {
   const bf16* a;
   int64_t lda, rows, lo, hi, len;
   bool padded;
   int64_t row0, id;
+  const bf16* a2 = nullptr;
 };
 
 struct Task {
@@ -163,9 +168,11 @@ void write_out(bf16* o, __m512 x, int64_t n, bool) { V::store_bf16_n(o, x, n); }
 
 // Writes a row block's f32 sums (tile t's row i at sums row 16t + i) to the output: the rows the
 // block owns, columns [c, c + nc), plus the addend, rounded to Out.
+// `first` (a second segment's block): the first segment's sums of the block, at sums' layout, added
+// before the addend.
 template <class Out>
 void epilogue(const Problem& pr, const RowBlock& b, const float* sums, int64_t c, int64_t nc, Out* out,
-              int64_t ldc, Addend add, bool stream) {
+              int64_t ldc, Addend add, bool stream, const float* first = nullptr) {
   for (int t = 0; t < (b.two ? 2 : 1); ++t)
     for (int64_t i = 0; i < 16; ++i) {
       const int64_t row = b.w[t] + i;
@@ -175,6 +182,7 @@ void epilogue(const Problem& pr, const RowBlock& b, const float* sums, int64_t c
       for (int64_t v = 0; v < kPanel && v < nc; v += V::L) {
         const int64_t n = std::min<int64_t>(V::L, nc - v);
         __m512 x = V::load(s + v);
+        if (first) x = V::add(x, V::load(first + (16 * t + i) * kSumsLd + v));
         if (add.p) x = V::add(x, V::load_n(add.p + orow * add.ld + c + v, n));
         write_out(out + orow * ldc + c + v, x, n, stream);
       }
@@ -214,9 +222,11 @@ void amx_gemm(const std::vector<Problem>& probs, int64_t n_out, Out* out, int64_
     uint32_t* bp = scratch(size_t(kTaskPanels * kSliceWords), 0);
     // The f32 sums of the task's rows and columns, then the slice's copy of A.
     constexpr int64_t kBlockCopyWords = kSliceSteps * kACopyStepBytes / 4;
-    uint32_t* buf = scratch(size_t(kTaskRowsMax * kSumsLd + kBlocksMax * kBlockCopyWords), 1);
-    float* sums = reinterpret_cast<float*>(buf);
-    uint32_t* acopy = buf + kTaskRowsMax * kSumsLd;
+    // A second segment's sums follow the first's (gmm_dlhs_sum).
+    const int64_t nsums = probs.empty() || probs[0].a2 == nullptr ? 1 : 2;
+    uint32_t* buf = scratch(size_t(nsums * kTaskRowsMax * kSumsLd + kBlocksMax * kBlockCopyWords), 1);
+    float* const sums0 = reinterpret_cast<float*>(buf);
+    uint32_t* acopy = buf + nsums * kTaskRowsMax * kSumsLd;
     Tiles tiles;
     Prefetcher pf;
     for (int64_t ti = tb; ti < te; ++ti) {
@@ -233,71 +243,79 @@ void amx_gemm(const std::vector<Problem>& probs, int64_t n_out, Out* out, int64_
       RowBlock blocks[kBlocksMax];
       for (int64_t m = 0; m < nb; ++m) blocks[m] = row_block(pr, t.r0 + m * kBlock, t.r1);
       if (S == 0)  // an empty reduction: zero sums
-        for (int64_t m = 0; m < nb; ++m) std::memset(sums + m * kBlock * kSumsLd, 0, kBlock * kSumsLd * 4);
-      for (int64_t s0 = 0; s0 < S; s0 += kSliceSteps) {
-        const int64_t s1 = std::min(S, s0 + kSliceSteps), w0 = s0 * kStepWords,
-                      w1 = std::min(P, s1 * kStepWords);
-        const int64_t packed = w1 - w0, rows_all = (s1 - s0) * kStepWords;
-        for (int64_t pi = 0; pi < np; ++pi) {
-          uint32_t* dst = bp + pi * kSliceWords;
-          w.pack(pr, c0 + pi * kPanel, std::min(kPanel, n_out - c0 - pi * kPanel), w0, w1, dst);
-          if (packed < rows_all)
-            std::memset(dst + packed * kPanel, 0, size_t((rows_all - packed) * kPanel * 4));
-        }
-        Region next{};
-        if (s1 < S) {
-          next = w.region(pr, c0, c0 + np * kPanel, s1 * kStepWords,
-                          std::min(P, (s1 + kSliceSteps) * kStepWords));
-        } else if (ti + 1 < te) {
-          const Task& nt = tasks[size_t(ti + 1)];
-          const Problem& np_ = probs[size_t(nt.p)];
-          next = w.region(np_, nt.panel0 * kPanel, std::min(n_out, (nt.panel0 + kTaskPanels) * kPanel), 0,
-                          std::min((np_.len + 1) / 2, kSliceSteps * kStepWords));
-        }
-        pf.start(next, np * nb * (s1 - s0));
-        // A's slice, block by block, tile-ready: per step a tile's 16 rows of 64 bytes, contiguous
-        // (read in place, rows a multiple of 4 KiB apart shared a few L2 sets: seed-mixtral's up.gmm
-        // ran 1.4-1.6x slower), the step past a row's end zero-padded.
-        for (int64_t m = 0; m < nb && !in_place; ++m)
-          for (int k = 0; k < (blocks[m].two ? 2 : 1); ++k)
-            for (int64_t i = 0; i < 16; ++i) {
-              const std::byte* src = reinterpret_cast<const std::byte*>(pr.a + (blocks[m].w[k] + i) * pr.lda);
-              uint32_t* dst = acopy + m * kBlockCopyWords + (16 * k + i) * kStepWords;
-              for (int64_t st = s0; st < s1; ++st, dst += kACopyStepBytes / 4)
-                V::store_words(dst, st < whole
-                                        ? V::words(src + st * kStepBytes)
-                                        : V::words_n(src + st * kStepBytes, pr.len * 2 - st * kStepBytes));
+        for (int64_t m = 0; m < nb; ++m) std::memset(sums0 + m * kBlock * kSumsLd, 0, kBlock * kSumsLd * 4);
+      const int seg_n = pr.a2 ? 2 : 1;
+      for (int seg = 0; seg < seg_n; ++seg)
+        for (int64_t s0 = 0; s0 < S; s0 += kSliceSteps) {
+          const bf16* const A = seg == 0 ? pr.a : pr.a2;
+          float* const sums = sums0 + seg * kTaskRowsMax * kSumsLd;
+          const bool last = s0 + kSliceSteps >= S && seg == seg_n - 1;
+          const int64_t s1 = std::min(S, s0 + kSliceSteps), w0 = s0 * kStepWords,
+                        w1 = std::min(P, s1 * kStepWords);
+          const int64_t packed = w1 - w0, rows_all = (s1 - s0) * kStepWords;
+          for (int64_t pi = 0; pi < np; ++pi) {
+            uint32_t* dst = bp + pi * kSliceWords;
+            w.pack(pr, c0 + pi * kPanel, std::min(kPanel, n_out - c0 - pi * kPanel), w0, w1, dst, seg);
+            if (packed < rows_all)
+              std::memset(dst + packed * kPanel, 0, size_t((rows_all - packed) * kPanel * 4));
+          }
+          Region next{};
+          if (s1 < S) {
+            next = w.region(pr, c0, c0 + np * kPanel, s1 * kStepWords,
+                            std::min(P, (s1 + kSliceSteps) * kStepWords), seg);
+          } else if (seg + 1 < seg_n) {
+            next = w.region(pr, c0, c0 + np * kPanel, 0, std::min(P, kSliceSteps * kStepWords), seg + 1);
+          } else if (ti + 1 < te) {
+            const Task& nt = tasks[size_t(ti + 1)];
+            const Problem& np_ = probs[size_t(nt.p)];
+            next = w.region(np_, nt.panel0 * kPanel, std::min(n_out, (nt.panel0 + kTaskPanels) * kPanel), 0,
+                            std::min((np_.len + 1) / 2, kSliceSteps * kStepWords), 0);
+          }
+          pf.start(next, np * nb * (s1 - s0));
+          // A's slice, block by block, tile-ready: per step a tile's 16 rows of 64 bytes, contiguous
+          // (read in place, rows a multiple of 4 KiB apart shared a few L2 sets: seed-mixtral's up.gmm
+          // ran 1.4-1.6x slower), the step past a row's end zero-padded.
+          for (int64_t m = 0; m < nb && !in_place; ++m)
+            for (int k = 0; k < (blocks[m].two ? 2 : 1); ++k)
+              for (int64_t i = 0; i < 16; ++i) {
+                const std::byte* src = reinterpret_cast<const std::byte*>(A + (blocks[m].w[k] + i) * pr.lda);
+                uint32_t* dst = acopy + m * kBlockCopyWords + (16 * k + i) * kStepWords;
+                for (int64_t st = s0; st < s1; ++st, dst += kACopyStepBytes / 4)
+                  V::store_words(dst, st < whole
+                                          ? V::words(src + st * kStepBytes)
+                                          : V::words_n(src + st * kStepBytes, pr.len * 2 - st * kStepBytes));
+              }
+          for (int64_t pi = 0; pi < np; ++pi) {
+            const std::byte* b = reinterpret_cast<const std::byte*>(bp + pi * kSliceWords);
+            for (int64_t m = 0; m < nb; ++m) {
+              const RowBlock& rb = blocks[m];
+              const std::byte* a0 = reinterpret_cast<const std::byte*>(acopy + m * kBlockCopyWords);
+              const std::byte* a1 = a0 + 16 * kStepBytes;
+              ptrdiff_t lda = kStepBytes, a_step = kACopyStepBytes;
+              if (in_place) {
+                a0 = reinterpret_cast<const std::byte*>(A + rb.w[0] * pr.lda) + s0 * kStepBytes;
+                a1 = reinterpret_cast<const std::byte*>(A + rb.w[1] * pr.lda) + s0 * kStepBytes;
+                lda = pr.lda * 2, a_step = kStepBytes;
+              }
+              std::byte* c = reinterpret_cast<std::byte*>(sums + m * kBlock * kSumsLd + pi * kPanel);
+              if (rb.two)
+                run_block<true>(a0, a1, lda, a_step, s1 - s0, b, c, kSumsLd * 4, s0 == 0, pf);
+              else
+                run_block<false>(a0, a1, lda, a_step, s1 - s0, b, c, kSumsLd * 4, s0 == 0, pf);
+              // After the last slice, the block's sums go out while they are still in L1.
+              if (last)
+                epilogue(pr, rb, reinterpret_cast<const float*>(c), c0 + pi * kPanel,
+                         std::min(kPanel, n_out - c0 - pi * kPanel), out, ldc, add, stream,
+                         seg == 1 ? sums0 + m * kBlock * kSumsLd + pi * kPanel : nullptr);
             }
-        for (int64_t pi = 0; pi < np; ++pi) {
-          const std::byte* b = reinterpret_cast<const std::byte*>(bp + pi * kSliceWords);
-          for (int64_t m = 0; m < nb; ++m) {
-            const RowBlock& rb = blocks[m];
-            const std::byte* a0 = reinterpret_cast<const std::byte*>(acopy + m * kBlockCopyWords);
-            const std::byte* a1 = a0 + 16 * kStepBytes;
-            ptrdiff_t lda = kStepBytes, a_step = kACopyStepBytes;
-            if (in_place) {
-              a0 = reinterpret_cast<const std::byte*>(pr.a + rb.w[0] * pr.lda) + s0 * kStepBytes;
-              a1 = reinterpret_cast<const std::byte*>(pr.a + rb.w[1] * pr.lda) + s0 * kStepBytes;
-              lda = pr.lda * 2, a_step = kStepBytes;
-            }
-            std::byte* c = reinterpret_cast<std::byte*>(sums + m * kBlock * kSumsLd + pi * kPanel);
-            if (rb.two)
-              run_block<true>(a0, a1, lda, a_step, s1 - s0, b, c, kSumsLd * 4, s0 == 0, pf);
-            else
-              run_block<false>(a0, a1, lda, a_step, s1 - s0, b, c, kSumsLd * 4, s0 == 0, pf);
-            // After the last slice, the block's sums go out while they are still in L1.
-            if (s1 == S)
-              epilogue(pr, rb, reinterpret_cast<const float*>(c), c0 + pi * kPanel,
-                       std::min(kPanel, n_out - c0 - pi * kPanel), out, ldc, add, stream);
           }
         }
-      }
       if (S == 0)
         for (int64_t m = 0; m < nb; ++m)
           for (int64_t pi = 0; pi < np; ++pi) {
             const int64_t c = c0 + pi * kPanel;
-            epilogue(pr, blocks[m], sums + m * kBlock * kSumsLd + pi * kPanel, c, std::min(kPanel, n_out - c),
-                     out, ldc, add, stream);
+            epilogue(pr, blocks[m], sums0 + m * kBlock * kSumsLd + pi * kPanel, c,
+                     std::min(kPanel, n_out - c), out, ldc, add, stream);
           }
     }
     if (stream) V::fence();  // the streamed rows are visible before the task reports done
@@ -306,21 +324,28 @@ void amx_gemm(const std::vector<Problem>& probs, int64_t n_out, Out* out, int64_
 
 // gmm and gmm_dlhs shape: the groups [goff, goff + n_local) of A [M, len] (rows contiguous), one
 // problem each. A tensor of fewer than 16 rows is read from a zero-padded copy of 16.
+// A2 (gmm_dlhs_sum): the second segment's A, laid out as A.
 template <class Out, class Weights>
 void grouped_rows(const bf16* A, int64_t M, int64_t len, Out* out, int64_t ldc, int64_t n_out,
-                  const GroupLayout& groups, int64_t goff, int64_t n_local, Addend add, const Weights& w) {
-  Words pad(Words::From::engine);
+                  const GroupLayout& groups, int64_t goff, int64_t n_local, Addend add, const Weights& w,
+                  const bf16* A2 = nullptr) {
+  Words pad(Words::From::engine), pad2(Words::From::engine);
   int64_t readable = M;
-  if (M < 16) {
-    bf16* p = reinterpret_cast<bf16*>(pad.get(size_t(std::max<int64_t>(words_of<bf16>(16 * len), 1))));
+  auto padded = [&](const bf16* a, Words& buf) {
+    bf16* p = reinterpret_cast<bf16*>(buf.get(size_t(std::max<int64_t>(words_of<bf16>(16 * len), 1))));
     std::memset(p, 0, size_t(16 * len) * sizeof(bf16));
-    if (M > 0) std::memcpy(p, A, size_t(M * len) * sizeof(bf16));
-    A = p, readable = 16;
+    if (M > 0) std::memcpy(p, a, size_t(M * len) * sizeof(bf16));
+    return p;
+  };
+  if (M < 16) {
+    A = padded(A, pad), readable = 16;
+    if (A2) A2 = padded(A2, pad2);
   }
   std::vector<Problem> probs;
   for (int64_t lg = 0; lg < n_local; ++lg) {
     const int64_t g0 = groups.offsets[size_t(goff + lg)], g1 = groups.offsets[size_t(goff + lg + 1)];
-    probs.push_back({A + g0 * len, len, g1 - g0, -g0, readable - g0, len, false, g0, lg});
+    probs.push_back(
+        {A + g0 * len, len, g1 - g0, -g0, readable - g0, len, false, g0, lg, A2 ? A2 + g0 * len : nullptr});
   }
   amx_gemm(probs, n_out, out, ldc, add, w);
 }
@@ -333,11 +358,22 @@ using TransposedPairs = TransposedWeights<V, Pack::pairs, 2, bf16>;
 template <class W>
 struct GroupWeights {
   const W& w;
-  void pack(const Problem& p, int64_t c0, int64_t nc, int64_t w0, int64_t w1, uint32_t* dst) const {
+  void pack(const Problem& p, int64_t c0, int64_t nc, int64_t w0, int64_t w1, uint32_t* dst, int = 0) const {
     w.pack(p.id, c0, nc, w0, w1, dst, kPanel);
   }
-  Region region(const Problem& p, int64_t c0, int64_t c1, int64_t w0, int64_t w1) const {
+  Region region(const Problem& p, int64_t c0, int64_t c1, int64_t w0, int64_t w1, int = 0) const {
     return w.region(p.id, c0, c1, w0, w1);
+  }
+};
+// Two reduction segments' weights (gmm_dlhs_sum): segment 0 from `first`, 1 from `second`.
+template <class W>
+struct SegmentWeights {
+  GroupWeights<W> first, second;
+  void pack(const Problem& p, int64_t c0, int64_t nc, int64_t w0, int64_t w1, uint32_t* dst, int seg) const {
+    (seg == 0 ? first : second).pack(p, c0, nc, w0, w1, dst);
+  }
+  Region region(const Problem& p, int64_t c0, int64_t c1, int64_t w0, int64_t w1, int seg) const {
+    return (seg == 0 ? first : second).region(p, c0, c1, w0, w1);
   }
 };
 template <class W>
@@ -379,6 +415,18 @@ void dlhs_bf16(const Tensor& dout, const Tensor& rhs, const GroupLayout& g, int6
                addend ? Addend{addend->data<float>(), Kc} : Addend{}, packer(w));
 }
 
+// dlhs = round(p0 + p1), p_i = dout_i @ rhs_i^T: both chains in one pass over the output, the first's
+// sums kept in the task's f32 sums while the second runs (the bits of gmm_dlhs into f32, then
+// gmm_dlhs_add, without the f32 partial written and read back).
+template <class Out>
+void dlhs_sum_bf16(const Tensor& dout0, const Tensor& rhs0, const Tensor& dout1, const Tensor& rhs1,
+                   const GroupLayout& g, int64_t goff, Tensor& dlhs) {
+  const int64_t Kc = rhs0.dim(1), N = rhs0.dim(2);
+  const TransposedPairs w0{rhs0.data<bf16>(), Kc, N}, w1{rhs1.data<bf16>(), Kc, N};
+  grouped_rows(dout0.data<bf16>(), dout0.dim(0), N, dlhs.data<Out>(), Kc, Kc, g, goff, rhs0.dim(0), Addend{},
+               SegmentWeights<TransposedPairs>{{w0}, {w1}}, dout1.data<bf16>());
+}
+
 // The weights of the weight gradient's problem `id` (local group id): dout's rows of the group,
 // packed as pairs along the rows.
 struct DoutRows {
@@ -387,10 +435,10 @@ struct DoutRows {
   const GroupLayout* groups;
   int64_t goff;
   const bf16* rows_of(const Problem& p) const { return D + groups->offsets[size_t(goff + p.id)] * N; }
-  void pack(const Problem& p, int64_t c0, int64_t nc, int64_t w0, int64_t w1, uint32_t* dst) const {
+  void pack(const Problem& p, int64_t c0, int64_t nc, int64_t w0, int64_t w1, uint32_t* dst, int = 0) const {
     pack_rows<V, Pack::pairs>(rows_of(p), N, 2 * w0, std::min(p.len, 2 * w1), c0, nc, dst, kPanel, kPanel);
   }
-  Region region(const Problem& p, int64_t c0, int64_t c1, int64_t w0, int64_t w1) const {
+  Region region(const Problem& p, int64_t c0, int64_t c1, int64_t w0, int64_t w1, int = 0) const {
     return {reinterpret_cast<const std::byte*>(rows_of(p) + 2 * w0 * N + c0), ptrdiff_t(N * sizeof(bf16)),
             std::max<int64_t>(0, std::min(p.len, 2 * w1) - 2 * w0), (c1 - c0) * int64_t(sizeof(bf16))};
   }
@@ -501,6 +549,13 @@ void drhs(const Tensor& lhs, const Tensor& dout, const GroupLayout& g, int64_t g
   if (lhs.dtype() == DType::f32) return base().gmm_drhs(lhs, dout, g, goff, out);
   drhs_bf16(lhs, dout, g, goff, out, false);
 }
+void dlhs_sum(const Tensor& dout0, const Tensor& rhs0, const Tensor& dout1, const Tensor& rhs1,
+              const GroupLayout& g, int64_t goff, Tensor& out) {
+  if (dout0.dtype() == DType::f32 || rhs0.dim(2) != rhs1.dim(2))
+    return kernels::dlhs_sum_by_calls(base(), dout0, rhs0, dout1, rhs1, g, goff, out);
+  if (out.dtype() == DType::f32) return dlhs_sum_bf16<float>(dout0, rhs0, dout1, rhs1, g, goff, out);
+  dlhs_sum_bf16<bf16>(dout0, rhs0, dout1, rhs1, g, goff, out);
+}
 void drhs_pair(const Tensor& lhs, const Tensor& dout0, const Tensor& dout1, const GroupLayout& g,
                int64_t goff, Tensor& out0, Tensor& out1, bool accumulate) {
   if (lhs.dtype() == DType::f32)
@@ -521,7 +576,7 @@ const kernels::Table& table_amx_bf16() {
     kernels::Table r = base();
     r.isa = Isa::amx_bf16;
     r.gmm = gmm, r.gmm_pair = gmm_pair, r.gmm_dlhs = dlhs, r.gmm_dlhs_add = dlhs_add, r.gmm_drhs = drhs;
-    r.gmm_drhs_acc = drhs_acc, r.gmm_drhs_pair = drhs_pair;
+    r.gmm_drhs_acc = drhs_acc, r.gmm_drhs_pair = drhs_pair, r.gmm_dlhs_sum = dlhs_sum;
     return r;
   }();
   return t;
