@@ -149,15 +149,6 @@ Tensor router_weights_backward_t(const Config& cfg, const RouterOutput& r, const
   return dz;
 }
 
-template <class Real>
-void add_into(const Tensor& part, Tensor& dx) {
-  Real* out = dx.data<Real>();
-  const Real* p = part.data<Real>();
-  parallel_for(part.numel(), 1 << 15, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) out[i] += p[i];
-  });
-}
-
 }  // namespace
 
 // The f64 path (an f64 x) runs every step in double; anything else in f32.
@@ -177,9 +168,9 @@ void router_matmul_backward(const Tensor& x, const Tensor& W, const Tensor& dz, 
   const GroupLayout all = GroupLayout::from_sizes({T});
   Tensor dk = dkernel.reshaped({1, D, E});
   gmm_drhs(x.to(dz.dtype()), dz, all, 0, dk);
-  Tensor part(dz.dtype(), {T, D});
-  gmm_dlhs(dz, W.reshaped({1, D, E}), all, 0, part);
-  dz.dtype() == DType::f64 ? add_into<double>(part, dx) : add_into<float>(part, dx);
+  // dx is its own addend: each element dx + its chain, the sum an add pass over a separate product
+  // gives, without that product written and read back.
+  gmm_dlhs_add(dz, W.reshaped({1, D, E}), all, 0, dx, dx);
 }
 
 }  // namespace moe
