@@ -75,6 +75,10 @@ struct Table {
 void drhs_acc_by_chunks(GemmFn drhs, const Tensor& lhs, const Tensor& dout, const GroupLayout& groups,
                         int64_t group_offset, Tensor& acc);
 
+// gmm_drhs_acc at table `t`: its own, else drhs_acc_by_chunks over its gmm_drhs.
+void drhs_acc_of(const Table& t, const Tensor& lhs, const Tensor& dout, const GroupLayout& groups,
+                 int64_t group_offset, Tensor& acc);
+
 // gmm_drhs_pair as the two calls of table `t` (gmm_drhs, or gmm_drhs_acc when accumulating).
 void drhs_pair_by_calls(const Table& t, const Tensor& lhs, const Tensor& dout0, const Tensor& dout1,
                         const GroupLayout& groups, int64_t group_offset, Tensor& out0, Tensor& out1,

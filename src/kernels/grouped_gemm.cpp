@@ -131,9 +131,7 @@ void gmm_drhs(const Tensor& lhs, const Tensor& dout, const GroupLayout& g, int64
 void gmm_drhs_acc(const Tensor& lhs, const Tensor& dout, const GroupLayout& g, int64_t o, Tensor& acc) {
   if (lhs.dtype() == DType::f64) fail("[gmm_drhs_acc] f64 inputs: accumulation is f32 only");
   detail::check_gmm_drhs(lhs, dout, g, o, acc);
-  const kernels::Table& t = kernels::table();
-  if (t.gmm_drhs_acc) return t.gmm_drhs_acc(lhs, dout, g, o, acc);
-  kernels::drhs_acc_by_chunks(t.gmm_drhs, lhs, dout, g, o, acc);
+  kernels::drhs_acc_of(kernels::table(), lhs, dout, g, o, acc);
 }
 
 void gmm_dlhs_sum(const Tensor& dout0, const Tensor& rhs0, const Tensor& dout1, const Tensor& rhs1,
@@ -175,13 +173,17 @@ void dlhs_sum_by_calls(const Table& t, const Tensor& dout0, const Tensor& rhs0, 
 void drhs_pair_by_calls(const Table& t, const Tensor& lhs, const Tensor& dout0, const Tensor& dout1,
                         const GroupLayout& g, int64_t o, Tensor& out0, Tensor& out1, bool accumulate) {
   for (auto [dout, out] : {std::pair<const Tensor*, Tensor*>{&dout0, &out0}, {&dout1, &out1}}) {
-    if (!accumulate)
-      t.gmm_drhs(lhs, *dout, g, o, *out);
-    else if (t.gmm_drhs_acc)
-      t.gmm_drhs_acc(lhs, *dout, g, o, *out);
+    if (accumulate)
+      drhs_acc_of(t, lhs, *dout, g, o, *out);
     else
-      drhs_acc_by_chunks(t.gmm_drhs, lhs, *dout, g, o, *out);
+      t.gmm_drhs(lhs, *dout, g, o, *out);
   }
+}
+
+void drhs_acc_of(const Table& t, const Tensor& lhs, const Tensor& dout, const GroupLayout& g, int64_t o,
+                 Tensor& acc) {
+  if (t.gmm_drhs_acc) return t.gmm_drhs_acc(lhs, dout, g, o, acc);
+  drhs_acc_by_chunks(t.gmm_drhs, lhs, dout, g, o, acc);
 }
 
 void drhs_acc_by_chunks(GemmFn drhs, const Tensor& lhs, const Tensor& dout, const GroupLayout& g, int64_t o,

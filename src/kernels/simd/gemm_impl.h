@@ -1073,13 +1073,10 @@ void drhs_typed(const Tensor& lhs, const Tensor& dout, const GroupLayout& groups
     if (whole.r0 == whole.r1) continue;
     const int64_t step = block_rows(whole.r1 - whole.r0);
     if (add && step < whole.r1 - whole.r0) {  // several blocks: this group alone into a scratch, then added
-      Tensor part = Tensor::empty(DType::f32, {1, whole.Kc, whole.N});
-      drhs_typed<Lv, T, kWide>(lhs, dout, groups, goff + lg, part);
-      const float* p = part.data<float>();
-      float* G = whole.G;
-      parallel_for(whole.Kc * whole.N, 1 << 14, [&](int64_t b, int64_t e) {
-        for (int64_t i = b; i < e; ++i) G[i] = G[i] + p[i];
-      });
+      Tensor one = drhs.slice_rows(lg, lg + 1);
+      kernels::drhs_acc_by_chunks([](const Tensor& l, const Tensor& d, const GroupLayout& g, int64_t o,
+                                     Tensor& out) { drhs_typed<Lv, T, kWide>(l, d, g, o, out); },
+                                  lhs, dout, groups, goff + lg, one);
       continue;
     }
     if (add) whole.stream = false, whole.add_to_g = true;

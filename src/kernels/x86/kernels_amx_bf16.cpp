@@ -497,14 +497,7 @@ class LhsT {
     float* G = drhs.data<float>();
     for (const Problem& p : probs_) {
       if (p.rows > 0 || groups.sizes[size_t(goff + p.id)] > 0) continue;
-      float* z = G + p.id * Kc * N;
-      if (!accumulate) {
-        zero_gradient<V>(z, Kc * N, drhs.nbytes() >= kStreamBytes);
-      } else {
-        parallel_for(Kc * N, 1 << 14, [&](int64_t b, int64_t e) {
-          for (int64_t i = b; i < e; ++i) z[i] = z[i] + 0.0f;  // + 0: as adding an empty group's zeros
-        });
-      }
+      empty_gradient<V>(G + p.id * Kc * N, Kc * N, !accumulate && drhs.nbytes() >= kStreamBytes, accumulate);
     }
     // An accumulated gradient's lines are read right before they are written: plain stores.
     amx_gemm(probs_, N, G, N, accumulate ? Addend{G, N} : Addend{},
