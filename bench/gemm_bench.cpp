@@ -55,6 +55,7 @@ const FfnCase kCases[] = {
     {"deepseek-v2-lite bf16", DType::bf16, 512, 2048, 1408, 64, 6},
     {"gpt-oss-20b bf16", DType::bf16, 256, 2880, 2880, 32, 4},
     {"granite-3b-a800m bf16", DType::bf16, 1024, 1536, 512, 40, 8},
+    {"granite-1b-a400m bf16", DType::bf16, 256, 1024, 512, 32, 8},
     {"mixtral-8x7b bf16", DType::bf16, 64, 4096, 14336, 8, 2},
 };
 

@@ -346,6 +346,35 @@ TEST_P(GroupedGemm, RowIndependenceIsExact) {
   check_row_independence(DType::bf16, DType::bf16, 1000, 300);
 }
 
+// A group's rows in one call, and the same rows as groups of at most 16 rows (the same weights for
+// each), must come out with the same bits, with a reduction of 8,200 (257 tile steps) and output
+// columns in two blocks. At amx_bf16 this compares its two copies of A: 34 rows (two row blocks)
+// over this reduction do not fit the copy kept for a task's other column blocks, so each slice is
+// copied before its tiles; a group of 16 rows does fit, so its copy covers the whole reduction and
+// is read again by the second column block (kernels/x86/kernels_amx_bf16.cpp).
+void check_split_rows_long_reduction(DType in, DType out_t) {
+  const int64_t R = 34, Kc = 8200, N = 260;
+  const std::vector<int64_t> pieces = {16, 16, 2};
+  Tensor lhs = random_tensor(in, {R, Kc}, 41), rhs = random_tensor(in, {1, Kc, N}, 42);
+  Tensor rhs_t = random_tensor(in, {1, N, Kc}, 44);
+  Tensor rhs3(in, {3, Kc, N}), rhs3_t(in, {3, N, Kc});
+  for (int64_t e = 0; e < 3; ++e) copy_rows(rhs, 0, 1, rhs3, e), copy_rows(rhs_t, 0, 1, rhs3_t, e);
+  Tensor out(out_t, {R, N}), out3(out_t, {R, N}), dl(out_t, {R, N}), dl3(out_t, {R, N});
+  gmm(lhs, rhs, GroupLayout::from_sizes({R}), 0, out);
+  gmm(lhs, rhs3, GroupLayout::from_sizes(pieces), 0, out3);
+  Tensor lhs_n = random_tensor(in, {R, Kc}, 45);  // dout of dlhs: [R, Kc] against rhs_t [1, N, Kc]
+  gmm_dlhs(lhs_n, rhs_t, GroupLayout::from_sizes({R}), 0, dl);
+  gmm_dlhs(lhs_n, rhs3_t, GroupLayout::from_sizes(pieces), 0, dl3);
+  EXPECT_TRUE(rows_bit_equal(out, 0, out3, 0, R)) << "gmm: one group of 34 rows against groups of 16, 16, 2";
+  EXPECT_TRUE(rows_bit_equal(dl, 0, dl3, 0, R))
+      << "gmm_dlhs: one group of 34 rows against groups of 16, 16, 2";
+}
+
+TEST_P(GroupedGemm, RowsSplitIntoGroupsKeepTheirBitsOverALongReduction) {
+  check_split_rows_long_reduction(DType::bf16, DType::bf16);
+  check_split_rows_long_reduction(DType::bf16, DType::f32);
+}
+
 // Large groups: gmm / gmm_dlhs split a group's rows over several tasks, and
 // gmm_drhs runs a large group's reduction in blocks of rows that continue the
 // previous block's f32 sums (simd/gemm_impl.h). Neither may change bits:

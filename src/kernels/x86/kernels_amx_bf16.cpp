@@ -19,6 +19,10 @@
 // (16 KiB a panel, L1) and copies the slice of its rows of A tile-ready (per 32-row block and step,
 // each tile's 16 rows of 64 bytes contiguous; L2), then for each panel runs every row block against
 // it (C tiles reloaded from and stored to the task's f32 sums), so B is read from L1 and A from L2.
+// Tasks run a block of rows with each of its column blocks in turn; where the copy of the rows over
+// the whole reduction fits in 1 MiB it is made once, before the first slice, and the thread's next
+// tasks on the same rows read it again (each column block copied A anew: granite-1b's up.gmm at
+// 1,024 columns copied its A four times).
 // A block's sums go to the output (rounded to bf16, or f32, plus an addend) right after its last
 // slice, while they are in L1.
 // clang-format off: the order matters (every shared header before the target region opens).
@@ -49,6 +53,10 @@ constexpr int64_t kTaskPanels = 8;                                  // panels pe
 constexpr int64_t kSumsLd = kTaskPanels * kPanel;                   // row stride of a task's f32 sums
 constexpr int64_t kTaskRowsMax = 512, kTaskRowsMin = 64;
 constexpr int64_t kACopyStepBytes = 2 * 16 * kStepBytes;  // a row block's copy of A per tile step: two tiles
+constexpr int64_t kACopyStepWords = kACopyStepBytes / 4;
+// A task's copy of A for its whole reduction (every block, step and segment) is kept for the next
+// tasks of the thread's chunk with the same rows (the other column blocks) when it fits in this.
+constexpr int64_t kKeptACopyWords = (int64_t(1) << 20) / 4;
 
 // Palette 1, tiles 0-7 all 16 rows x 64 bytes: 0-3 the C tiles of a 32 x 32 block (rows 0-15 x
 // columns 0-15, 0-15 x 16-31, 16-31 x 0-15, 16-31 x 16-31), 4-5 A (rows 0-15, 16-31), 6-7 B
@@ -214,8 +222,10 @@ void amx_gemm(const std::vector<Problem>& probs, int64_t n_out, Out* out, int64_
     if (rows == 0) continue;
     const int64_t n_blocks = (rows + limit - 1) / limit;
     const int64_t step = ((rows + n_blocks - 1) / n_blocks + kBlock - 1) / kBlock * kBlock;
-    for (int64_t p0 = 0; p0 < panels; p0 += kTaskPanels)
-      for (int64_t r = 0; r < rows; r += step) tasks.push_back({p, p0, r, std::min(rows, r + step)});
+    // A block of rows with each of its column blocks in turn: consecutive tasks share their rows of A.
+    for (int64_t r = 0; r < rows; r += step)
+      for (int64_t p0 = 0; p0 < panels; p0 += kTaskPanels)
+        tasks.push_back({p, p0, r, std::min(rows, r + step)});
   }
   parallel_for(int64_t(tasks.size()), 1, [&](int64_t tb, int64_t te) {
     constexpr int64_t kBlocksMax = kTaskRowsMax / kBlock;
@@ -224,11 +234,13 @@ void amx_gemm(const std::vector<Problem>& probs, int64_t n_out, Out* out, int64_
     constexpr int64_t kBlockCopyWords = kSliceSteps * kACopyStepBytes / 4;
     // A second segment's sums follow the first's (gmm_dlhs_sum).
     const int64_t nsums = probs.empty() || probs[0].a2 == nullptr ? 1 : 2;
-    uint32_t* buf = scratch(size_t(nsums * kTaskRowsMax * kSumsLd + kBlocksMax * kBlockCopyWords), 1);
+    uint32_t* buf = scratch(
+        size_t(nsums * kTaskRowsMax * kSumsLd + std::max(kBlocksMax * kBlockCopyWords, kKeptACopyWords)), 1);
     float* const sums0 = reinterpret_cast<float*>(buf);
     uint32_t* acopy = buf + nsums * kTaskRowsMax * kSumsLd;
     Tiles tiles;
     Prefetcher pf;
+    int64_t kept_p = -1, kept_r0 = -1;  // the task whose whole copy of A is in acopy (none yet)
     for (int64_t ti = tb; ti < te; ++ti) {
       const Task& t = tasks[size_t(ti)];
       const Problem& pr = probs[size_t(t.p)];
@@ -245,6 +257,32 @@ void amx_gemm(const std::vector<Problem>& probs, int64_t n_out, Out* out, int64_
       if (S == 0)  // an empty reduction: zero sums
         for (int64_t m = 0; m < nb; ++m) std::memset(sums0 + m * kBlock * kSumsLd, 0, kBlock * kSumsLd * 4);
       const int seg_n = pr.a2 ? 2 : 1;
+      // Copies rows of A tile-ready: per block and tile step a tile's 16 rows of 64 bytes, contiguous
+      // (read in place, rows a multiple of 4 KiB apart shared a few L2 sets: seed-mixtral's up.gmm
+      // ran 1.4-1.6x slower), the step past a row's end zero-padded. Steps [s0, s1) of segment `seg`
+      // go to dst, block m's at dst + m * block_steps steps.
+      auto copy_a = [&](int seg, int64_t s0, int64_t s1, uint32_t* dst0, int64_t block_steps) {
+        const bf16* const A = seg == 0 ? pr.a : pr.a2;
+        for (int64_t m = 0; m < nb; ++m)
+          for (int k = 0; k < (blocks[m].two ? 2 : 1); ++k)
+            for (int64_t i = 0; i < 16; ++i) {
+              const std::byte* src = reinterpret_cast<const std::byte*>(A + (blocks[m].w[k] + i) * pr.lda);
+              uint32_t* dst = dst0 + m * block_steps * kACopyStepWords + (16 * k + i) * kStepWords;
+              for (int64_t st = s0; st < s1; ++st, dst += kACopyStepWords)
+                V::store_words(dst, st < whole
+                                        ? V::words(src + st * kStepBytes)
+                                        : V::words_n(src + st * kStepBytes, pr.len * 2 - st * kStepBytes));
+            }
+      };
+      // Whole: the copy covers every step of every segment (copied once for the task's rows, so the
+      // rows' other column blocks read it again); else each slice is copied before its tiles run.
+      const bool whole_copy = !in_place && seg_n * nb * S * kACopyStepWords <= kKeptACopyWords;
+      if (whole_copy && (kept_p != t.p || kept_r0 != t.r0)) {
+        for (int seg = 0; seg < seg_n; ++seg) copy_a(seg, 0, S, acopy + seg * nb * S * kACopyStepWords, S);
+        kept_p = t.p, kept_r0 = t.r0;
+      } else if (!whole_copy) {
+        kept_p = -1;
+      }
       for (int seg = 0; seg < seg_n; ++seg)
         for (int64_t s0 = 0; s0 < S; s0 += kSliceSteps) {
           const bf16* const A = seg == 0 ? pr.a : pr.a2;
@@ -272,24 +310,15 @@ void amx_gemm(const std::vector<Problem>& probs, int64_t n_out, Out* out, int64_
                             std::min((np_.len + 1) / 2, kSliceSteps * kStepWords), 0);
           }
           pf.start(next, np * nb * (s1 - s0));
-          // A's slice, block by block, tile-ready: per step a tile's 16 rows of 64 bytes, contiguous
-          // (read in place, rows a multiple of 4 KiB apart shared a few L2 sets: seed-mixtral's up.gmm
-          // ran 1.4-1.6x slower), the step past a row's end zero-padded.
-          for (int64_t m = 0; m < nb && !in_place; ++m)
-            for (int k = 0; k < (blocks[m].two ? 2 : 1); ++k)
-              for (int64_t i = 0; i < 16; ++i) {
-                const std::byte* src = reinterpret_cast<const std::byte*>(A + (blocks[m].w[k] + i) * pr.lda);
-                uint32_t* dst = acopy + m * kBlockCopyWords + (16 * k + i) * kStepWords;
-                for (int64_t st = s0; st < s1; ++st, dst += kACopyStepBytes / 4)
-                  V::store_words(dst, st < whole
-                                          ? V::words(src + st * kStepBytes)
-                                          : V::words_n(src + st * kStepBytes, pr.len * 2 - st * kStepBytes));
-              }
+          if (!in_place && !whole_copy) copy_a(seg, s0, s1, acopy, kSliceSteps);
+          // Block m's copy of this slice: at step s0 of its whole copy, or at the slice's own.
+          const uint32_t* const slice_a = whole_copy ? acopy + (seg * nb * S + s0) * kACopyStepWords : acopy;
+          const int64_t block_words = (whole_copy ? S : kSliceSteps) * kACopyStepWords;
           for (int64_t pi = 0; pi < np; ++pi) {
             const std::byte* b = reinterpret_cast<const std::byte*>(bp + pi * kSliceWords);
             for (int64_t m = 0; m < nb; ++m) {
               const RowBlock& rb = blocks[m];
-              const std::byte* a0 = reinterpret_cast<const std::byte*>(acopy + m * kBlockCopyWords);
+              const std::byte* a0 = reinterpret_cast<const std::byte*>(slice_a + m * block_words);
               const std::byte* a1 = a0 + 16 * kStepBytes;
               ptrdiff_t lda = kStepBytes, a_step = kACopyStepBytes;
               if (in_place) {
