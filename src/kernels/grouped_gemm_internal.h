@@ -33,4 +33,16 @@ struct ScopedPanelSchedule {
   ScopedPanelSchedule& operator=(const ScopedPanelSchedule&) = delete;
 };
 
+// Test hook: while true, amx_bf16's weight gradients write each group's lhs^T out before the tiles
+// run, whatever the shape, instead of the tasks transposing their own rows of lhs (tests hold the
+// two to the same bits: ScopedLhsTCopy).
+inline std::atomic<bool> force_lhs_t_copy{false};
+
+struct ScopedLhsTCopy {
+  ScopedLhsTCopy() { force_lhs_t_copy.store(true); }
+  ~ScopedLhsTCopy() { force_lhs_t_copy.store(false); }
+  ScopedLhsTCopy(const ScopedLhsTCopy&) = delete;
+  ScopedLhsTCopy& operator=(const ScopedLhsTCopy&) = delete;
+};
+
 }  // namespace moe::detail

@@ -728,6 +728,43 @@ TEST_P(GroupedGemm, DrhsPairIsTwoDrhsBitForBit) {
     }
 }
 
+// The weight gradient's lhs^T transposed by the tasks as they copy A (amx_bf16, groups of up to
+// 1,024 rows) or written out whole first (ScopedLhsTCopy: what larger groups take): the same bits,
+// for gmm_drhs, gmm_drhs_acc and gmm_drhs_pair. (The hook changes nothing at the other levels.)
+void check_lhs_t_by_task(DType in, const Case& c) {
+  SCOPED_TRACE(::testing::Message() << "Kc " << c.Kc << " N " << c.N << " in " << dtype_name(in));
+  const GroupLayout g = GroupLayout::from_sizes(c.sizes);
+  const int64_t M = rows_of(c, g);
+  Tensor lhs = random_tensor(in, {M, c.Kc}, 81), d0 = random_tensor(in, {M, c.N}, 82),
+         d1 = random_tensor(in, {M, c.N}, 83);
+  const Shape shape = {c.n_local, c.Kc, c.N};
+  auto run = [&](std::vector<Tensor>& out) {
+    out = {Tensor(DType::f32, shape), Tensor(DType::f32, shape), Tensor(DType::f32, shape),
+           random_tensor(DType::f32, shape, 84)};
+    gmm_drhs(lhs, d0, g, c.goff, out[0]);
+    gmm_drhs_pair(lhs, d0, d1, g, c.goff, out[1], out[2], false);
+    gmm_drhs_acc(lhs, d1, g, c.goff, out[3]);
+  };
+  std::vector<Tensor> by_task, copied;
+  run(by_task);
+  {
+    detail::ScopedLhsTCopy copy_first;
+    run(copied);
+  }
+  const char* what[] = {"gmm_drhs", "gmm_drhs_pair out0", "gmm_drhs_pair out1", "gmm_drhs_acc"};
+  for (size_t i = 0; i < by_task.size(); ++i)
+    EXPECT_EQ(std::memcmp(by_task[i].raw(), copied[i].raw(), by_task[i].nbytes()), 0) << what[i];
+}
+
+TEST_P(GroupedGemm, DrhsLhsTransposedByTasksOrCopiedFirstKeepsTheBits) {
+  std::vector<Case> all = cases();
+  all.push_back({{3, 130, 2}, 40, 300, 0, 3, 1});  // a reduction of several slices, a short last step
+  all.push_back({{70, 0, 90}, 24, 64, 1, 2, 0});   // a group offset, an empty local group
+  all.push_back({{37, 300}, 530, 40, 0, 2, 0});    // lhs^T rows in several tasks, a short last block
+  all.push_back({{5, 1030}, 520, 20, 0, 2, 0});    // a group too large for the tasks' copy
+  for (const Case& c : all) check_lhs_t_by_task(DType::bf16, c);
+}
+
 // gmm_dlhs_sum: gmm_dlhs into f32, then gmm_dlhs_add, bit for bit (rows of other groups untouched).
 void check_dlhs_sum(DType in, DType out_t, const Case& c) {
   SCOPED_TRACE(::testing::Message() << "Kc " << c.Kc << " N " << c.N << " in " << dtype_name(in) << " out "

@@ -92,12 +92,16 @@ class Tiles {
 // `a2` (gmm_dlhs_sum): a second reduction segment, rows of A at a2 (laid out as a's) against the
 // weights' segment 1: its chain runs from +0 apart from the first's, and the output is the two
 // chains' f32 sum (second + first), rounded once.
+// `t` (the weight gradient's lhs^T, made by the task's copy of A): A row d, reduction element j is
+// t[j * ldt + d], for j < len and d < ldt (zeros elsewhere); `a` is not read.
 struct Problem {
   const bf16* a;
   int64_t lda, rows, lo, hi, len;
   bool padded;
   int64_t row0, id;
   const bf16* a2 = nullptr;
+  const bf16* t = nullptr;
+  int64_t ldt = 0;
 };
 
 struct Task {
@@ -200,6 +204,33 @@ void epilogue(const Problem& pr, const RowBlock& b, const float* sums, int64_t c
 // Tile steps of a reduction of `len` elements.
 constexpr int64_t steps_of(int64_t len) { return (len + 2 * kStepWords - 1) / (2 * kStepWords); }
 
+// The tile-ready copy of A (amx_gemm's copy_a) for a problem with `t`: steps [s0, s1) of blocks
+// [0, nb), block m's at dst0 + m * block_steps steps; a tile's row d, step st holds the pairs
+// (t[j][d], t[j + 1][d]) for j = 32 st, 32 st + 2, ...: 16 reduction rows of t paired and 16 x 16
+// words transposed.
+void copy_transposed(const Problem& pr, const RowBlock* blocks, int64_t nb, int64_t s0, int64_t s1,
+                     uint32_t* dst0, int64_t block_steps) {
+  for (int64_t m = 0; m < nb; ++m)
+    for (int k = 0; k < (blocks[m].two ? 2 : 1); ++k) {
+      const int64_t d0 = blocks[m].w[k], nc = std::clamp<int64_t>(pr.ldt - d0, 0, V::L);
+      uint32_t* dst = dst0 + (m * block_steps * kACopyStepBytes + 16 * k * kStepBytes) / 4;
+      for (int64_t st = s0; st < s1; ++st, dst += kACopyStepBytes / 4) {
+        typename V::I v[V::L], unused;
+        for (int w = 0; w < V::L; ++w) {
+          const int64_t j = 2 * (st * kStepWords + w);
+          if (j >= pr.len) {
+            v[w] = V::zero_words();
+            continue;
+          }
+          const uint16_t* row = reinterpret_cast<const uint16_t*>(pr.t + j * pr.ldt + d0);
+          V::pair_words(row, j + 1 < pr.len ? row + pr.ldt : nullptr, nc, v[w], unused);
+        }
+        V::transpose(v);
+        for (int i = 0; i < V::L; ++i) V::store_words(dst + i * kStepWords, v[i]);
+      }
+    }
+}
+
 // Runs every problem: out (row stride ldc) columns [0, n_out). w.pack(problem, c0, nc, w0, w1, dst)
 // packs words [w0, w1) of the problem's weight columns [c0, c0 + nc) as bf16 pairs into rows of 32
 // words at dst (rows past the reduction and columns past nc zero, up to w1 - w0 rows);
@@ -262,6 +293,7 @@ void amx_gemm(const std::vector<Problem>& probs, int64_t n_out, Out* out, int64_
       // ran 1.4-1.6x slower), the step past a row's end zero-padded. Steps [s0, s1) of segment `seg`
       // go to dst, block m's at dst + m * block_steps steps.
       auto copy_a = [&](int seg, int64_t s0, int64_t s1, uint32_t* dst0, int64_t block_steps) {
+        if (pr.t) return copy_transposed(pr, blocks, nb, s0, s1, dst0, block_steps);
         const bf16* const A = seg == 0 ? pr.a : pr.a2;
         for (int64_t m = 0; m < nb; ++m)
           for (int k = 0; k < (blocks[m].two ? 2 : 1); ++k)
@@ -485,30 +517,57 @@ class LhsT {
     const int64_t Kc = lhs.dim(1);
     const bf16* L = lhs.data<bf16>();
     const int64_t rows_t = std::max<int64_t>(Kc, 16);  // rows of a group's lhs^T copy
+    // Where every task's whole copy of A fits the copy amx_gemm keeps for a task's other column
+    // blocks (a group of at most 1,024 rows at 512 columns of lhs and more), the tasks transpose
+    // their own rows of lhs^T into it: lhs^T is never written out and read back (16 MB each way for
+    // granite-1b's wi gradient).
+    const int64_t blocks_max = std::min(kTaskRowsMax, (rows_t + kBlock - 1) / kBlock * kBlock) / kBlock;
+    bool by_task = !detail::force_lhs_t_copy.load(std::memory_order_relaxed);
+    for (int64_t lg = 0; lg < n_local; ++lg)
+      by_task = by_task &&
+                blocks_max * steps_of(groups.sizes[size_t(goff + lg)]) * kACopyStepWords <= kKeptACopyWords;
+    if (by_task) {
+      for (int64_t lg = 0; lg < n_local; ++lg) {
+        const int64_t g0 = groups.offsets[size_t(goff + lg)], R = groups.sizes[size_t(goff + lg)];
+        probs_.push_back(
+            {nullptr, 0, R > 0 ? Kc : 0, 0, rows_t, R, false, lg * Kc, lg, nullptr, L + g0 * Kc, Kc});
+      }
+      return;
+    }
     std::vector<int64_t> at(size_t(n_local) + 1, 0);   // words of the copies before group lg
     for (int64_t lg = 0; lg < n_local; ++lg)
       at[size_t(lg) + 1] = at[size_t(lg)] + rows_t * steps_of(groups.sizes[size_t(goff + lg)]) * kStepWords;
     uint32_t* lt = buf_.get(size_t(std::max<int64_t>(at.back(), 1)));
-    // Copies: (group, 16 columns of lhs) per job; 16 x 16 words transposed at a time.
-    const int64_t cblocks = (rows_t + V::L - 1) / V::L;
+    // Copies: (group, 32 columns of lhs: a 64-byte line of each row) per job; two rows' 32 columns
+    // paired into words of 16 columns each (lo, hi), and 16 x 16 words transposed at a time. (Half a
+    // line per job, 16 columns, cost granite-1b's weight gradients 2-5 ms a step: each line was
+    // fetched twice, and rows a multiple of 1 KiB apart share a few L1 sets.)
+    constexpr int64_t kCols = 2 * V::L;
+    const int64_t cblocks = (rows_t + kCols - 1) / kCols;
     parallel_for(n_local * cblocks, 1, [&](int64_t b, int64_t e) {
       for (int64_t j = b; j < e; ++j) {
-        const int64_t lg = j / cblocks, c0 = j % cblocks * V::L;
+        const int64_t lg = j / cblocks, c0 = j % cblocks * kCols;
         const int64_t g0 = groups.offsets[size_t(goff + lg)], R = groups.sizes[size_t(goff + lg)];
-        const int64_t words = steps_of(R) * kStepWords,
-                      nc = std::max<int64_t>(0, std::min<int64_t>(V::L, Kc - c0));
+        const int64_t words = steps_of(R) * kStepWords, nc = std::max<int64_t>(0, std::min(kCols, Kc - c0));
         uint32_t* dst = lt + at[size_t(lg)];
         for (int64_t q0 = 0; q0 < words; q0 += V::L) {
-          typename V::I r[V::L];
+          typename V::I lo[V::L], hi[V::L];
           for (int i = 0; i < V::L; ++i) {
             const int64_t k = 2 * (q0 + i);  // lhs rows k, k + 1 of the group
-            r[i] = V::zero_words();
-            if (k < R) r[i] = V::u16_n(u16(L + (g0 + k) * Kc + c0), nc);
-            if (k + 1 < R) r[i] = V::or_(r[i], V::shl16(V::u16_n(u16(L + (g0 + k + 1) * Kc + c0), nc)));
+            if (k >= R) {
+              lo[i] = hi[i] = V::zero_words();
+              continue;
+            }
+            const uint16_t* row = u16(L + (g0 + k) * Kc + c0);
+            V::pair_words(row, k + 1 < R ? row + Kc : nullptr, nc, lo[i], hi[i]);
           }
-          V::transpose(r);
+          V::transpose(lo);
           for (int64_t i = 0; i < std::min<int64_t>(V::L, rows_t - c0); ++i)
-            V::store_words(dst + (c0 + i) * words + q0, r[i]);
+            V::store_words(dst + (c0 + i) * words + q0, lo[i]);
+          if (rows_t - c0 <= V::L) continue;
+          V::transpose(hi);
+          for (int64_t i = 0; i < std::min<int64_t>(V::L, rows_t - c0 - V::L); ++i)
+            V::store_words(dst + (c0 + V::L + i) * words + q0, hi[i]);
         }
       }
     });
