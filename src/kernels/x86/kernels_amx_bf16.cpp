@@ -238,9 +238,26 @@ void copy_transposed(const Problem& pr, const RowBlock* blocks, int64_t nb, int6
 // the bytes of the next slice (or of the next task's first) are prefetched a few lines per tile
 // step (simd::Prefetcher, driven from run_block), so the weights' DRAM reads overlap the tiles.
 // `stream`: the f32 output is written with non-temporal stores (it is larger than the caches).
+// A second output (gmm_drhs_pair): output columns [at, n_out) go to out at column c - at, row stride
+// ldc, with their own addend; columns [0, at) to amx_gemm's out. `at` is a whole number of panels.
+template <class Out>
+struct SecondOut {
+  Out* out;
+  int64_t ldc;
+  Addend add;
+  int64_t at;
+};
+
 template <class Out, class Weights>
 void amx_gemm(const std::vector<Problem>& probs, int64_t n_out, Out* out, int64_t ldc, Addend add,
-              const Weights& w, bool stream = false) {
+              const Weights& w, bool stream = false, const SecondOut<Out>* second = nullptr) {
+  // A row block's sums of output columns [c, c + nc) (one panel) to whichever output holds them.
+  auto emit = [&](const Problem& pr, const RowBlock& rb, const float* sums, int64_t c, int64_t nc,
+                  const float* first) {
+    if (second && c >= second->at)
+      return epilogue(pr, rb, sums, c - second->at, nc, second->out, second->ldc, second->add, stream, first);
+    epilogue(pr, rb, sums, c, nc, out, ldc, add, stream, first);
+  };
   const int64_t panels = (n_out + kPanel - 1) / kPanel;
   int64_t total = 0;
   for (const Problem& p : probs) total += p.rows;
@@ -365,9 +382,9 @@ void amx_gemm(const std::vector<Problem>& probs, int64_t n_out, Out* out, int64_
                 run_block<false>(a0, a1, lda, a_step, s1 - s0, b, c, kSumsLd * 4, s0 == 0, pf);
               // After the last slice, the block's sums go out while they are still in L1.
               if (last)
-                epilogue(pr, rb, reinterpret_cast<const float*>(c), c0 + pi * kPanel,
-                         std::min(kPanel, n_out - c0 - pi * kPanel), out, ldc, add, stream,
-                         seg == 1 ? sums0 + m * kBlock * kSumsLd + pi * kPanel : nullptr);
+                emit(pr, rb, reinterpret_cast<const float*>(c), c0 + pi * kPanel,
+                     std::min(kPanel, n_out - c0 - pi * kPanel),
+                     seg == 1 ? sums0 + m * kBlock * kSumsLd + pi * kPanel : nullptr);
             }
           }
         }
@@ -375,8 +392,8 @@ void amx_gemm(const std::vector<Problem>& probs, int64_t n_out, Out* out, int64_
         for (int64_t m = 0; m < nb; ++m)
           for (int64_t pi = 0; pi < np; ++pi) {
             const int64_t c = c0 + pi * kPanel;
-            epilogue(pr, blocks[m], sums0 + m * kBlock * kSumsLd + pi * kPanel, c,
-                     std::min(kPanel, n_out - c), out, ldc, add, stream);
+            emit(pr, blocks[m], sums0 + m * kBlock * kSumsLd + pi * kPanel, c, std::min(kPanel, n_out - c),
+                 nullptr);
           }
     }
     if (stream) V::fence();  // the streamed rows are visible before the task reports done
@@ -505,6 +522,23 @@ struct DoutRows {
   }
 };
 
+// Two douts side by side (gmm_drhs_pair): columns [0, n0) of the first, then the second's; n0 is a
+// whole number of panels, so a panel packs from one side.
+struct DoutRowsPair {
+  DoutRows lo, hi;
+  int64_t n0;
+  void pack(const Problem& p, int64_t c0, int64_t nc, int64_t w0, int64_t w1, uint32_t* dst, int = 0) const {
+    if (c0 < n0) return lo.pack(p, c0, nc, w0, w1, dst);
+    hi.pack(p, c0 - n0, nc, w0, w1, dst);
+  }
+  // A block of columns on both sides names its larger part: a prefetch is only a hint.
+  Region region(const Problem& p, int64_t c0, int64_t c1, int64_t w0, int64_t w1, int = 0) const {
+    if (c1 <= n0) return lo.region(p, c0, c1, w0, w1);
+    if (c0 >= n0) return hi.region(p, c0 - n0, c1 - n0, w0, w1);
+    return n0 - c0 >= c1 - n0 ? lo.region(p, c0, n0, w0, w1) : hi.region(p, 0, c1 - n0, w0, w1);
+  }
+};
+
 // drhs[g] [Kc, N] = lhs[rows g]^T @ dout[rows g]: A is lhs^T of the group, copied as rows of bf16
 // pairs along the group's rows (whole tile steps, zeros past its rows; at least 16 rows), and B
 // dout's rows of the group packed as pairs: so each element is one chain over the group's rows
@@ -581,17 +615,45 @@ class LhsT {
   // drhs from dout (`accumulate`, gmm_drhs_acc: drhs := drhs + the chain, the add in the epilogue,
   // drhs its addend, so the gradient is read and written once, with no scratch).
   void run(const Tensor& dout, const GroupLayout& groups, int64_t goff, Tensor& drhs, bool accumulate) const {
-    const int64_t N = dout.dim(1), Kc = drhs.dim(1);
+    const int64_t N = dout.dim(1);
     float* G = drhs.data<float>();
-    for (const Problem& p : probs_) {
-      if (p.rows > 0 || groups.sizes[size_t(goff + p.id)] > 0) continue;
-      empty_gradient<V>(G + p.id * Kc * N, Kc * N, !accumulate && drhs.nbytes() >= kStreamBytes, accumulate);
-    }
+    zero_empty(groups, goff, drhs, accumulate);
     // An accumulated gradient's lines are read right before they are written: plain stores.
     amx_gemm(probs_, N, G, N, accumulate ? Addend{G, N} : Addend{},
-             DoutRows{dout.data<bf16>(), N, &groups, goff}, !accumulate && drhs.nbytes() >= kStreamBytes);
+             DoutRows{dout.data<bf16>(), N, &groups, goff}, streams(drhs, accumulate));
   }
 
+  // Both weight gradients of gmm_drhs_pair in one pass over the tasks (each task's rows of lhs^T
+  // copied once for both); the bits of run() for each. REQUIRES: dout0's columns a whole number of
+  // panels.
+  void run_pair(const Tensor& dout0, const Tensor& dout1, const GroupLayout& groups, int64_t goff,
+                Tensor& drhs0, Tensor& drhs1, bool accumulate) const {
+    const int64_t N0 = dout0.dim(1), N1 = dout1.dim(1);
+    float *G0 = drhs0.data<float>(), *G1 = drhs1.data<float>();
+    zero_empty(groups, goff, drhs0, accumulate);
+    zero_empty(groups, goff, drhs1, accumulate);
+    const SecondOut<float> second{G1, N1, accumulate ? Addend{G1, N1} : Addend{}, N0};
+    amx_gemm(
+        probs_, N0 + N1, G0, N0, accumulate ? Addend{G0, N0} : Addend{},
+        DoutRowsPair{{dout0.data<bf16>(), N0, &groups, goff}, {dout1.data<bf16>(), N1, &groups, goff}, N0},
+        streams(drhs0, accumulate) || streams(drhs1, accumulate), &second);
+  }
+  static bool pairs_in_one_pass(const Tensor& dout0) { return dout0.dim(1) % kPanel == 0; }
+
+ private:
+  static bool streams(const Tensor& drhs, bool accumulate) {
+    return !accumulate && drhs.nbytes() >= kStreamBytes;
+  }
+  // An empty group's gradient: zeros (fresh), or left as it is (accumulating: + 0).
+  void zero_empty(const GroupLayout& groups, int64_t goff, Tensor& drhs, bool accumulate) const {
+    const int64_t Kc = drhs.dim(1), N = drhs.dim(2);
+    for (const Problem& p : probs_) {
+      if (p.rows > 0 || groups.sizes[size_t(goff + p.id)] > 0) continue;
+      empty_gradient<V>(drhs.data<float>() + p.id * Kc * N, Kc * N, streams(drhs, accumulate), accumulate);
+    }
+  }
+
+ public:
  private:
   Words buf_;
   std::vector<Problem> probs_;
@@ -642,6 +704,7 @@ void drhs_pair(const Tensor& lhs, const Tensor& dout0, const Tensor& dout1, cons
   if (lhs.dtype() == DType::f32)
     return kernels::drhs_pair_by_calls(base(), lhs, dout0, dout1, g, goff, out0, out1, accumulate);
   const LhsT lt(lhs, g, goff, out0.dim(0));
+  if (LhsT::pairs_in_one_pass(dout0)) return lt.run_pair(dout0, dout1, g, goff, out0, out1, accumulate);
   lt.run(dout0, g, goff, out0, accumulate);
   lt.run(dout1, g, goff, out1, accumulate);
 }
