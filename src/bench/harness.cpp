@@ -73,6 +73,7 @@ struct CaseRun {
   const BenchOptions& opts;
   CaseInputs in;
   DenseRunner dense;
+  double dense_reference_ms = 0;  // slow_phase's reference (harness.h)
   KernelBandwidth bw{};
   bool bw_measured = false;
   std::map<std::string, StepOutputs> baselines{};
@@ -137,6 +138,25 @@ void run_variant(CaseRun& run, const Variant& v, std::vector<BenchResult>& rows,
   }
   if (!v.timed) return;
   PassTimes p = time_variant(cfg, w, run.in, run.dense, run.opts.warmup, run.opts.iters);
+  int retimed = 0;
+  for (; retimed < kRetimes && slow_phase(p.dense_ms, run.dense_reference_ms); ++retimed) {
+    PassTimes again = time_variant(cfg, w, run.in, run.dense, run.opts.warmup, run.opts.iters);
+    if (summarize(again.dense_ms).median_ms < summarize(p.dense_ms).median_ms) p = std::move(again);
+  }
+  const bool still_slow = slow_phase(p.dense_ms, run.dense_reference_ms);
+  std::string note;
+  if (retimed > 0 || still_slow) {
+    std::ostringstream os;
+    os.precision(2);
+    os << std::fixed << run.c.name << " " << v.name << ": its paired dense runs ran at "
+       << run.dense_reference_ms / summarize(p.dense_ms).median_ms
+       << " of the case's reference rate (a slow phase of the machine); timed " << retimed << " more time"
+       << (retimed == 1 ? "" : "s")
+       << (still_slow ? ", still slow: its fraction_of_dense overstates the layer"
+                      : ", the fastest attempt kept");
+    note = os.str();
+  }
+  run.dense_reference_ms = std::min(run.dense_reference_ms, summarize(p.dense_ms).median_ms);
   const int64_t inputs = step_input_bytes(cfg, w, run.in);
   for (bool with_bwd : {false, true}) {
     BenchResult r = make_row(run, v, with_bwd, with_bwd ? p.fwd_bwd_ms : p.fwd_ms, p.dense_ms,
@@ -148,6 +168,8 @@ void run_variant(CaseRun& run, const Variant& v, std::vector<BenchResult>& rows,
     }
     r.check = check;
     r.check_detail = detail.empty() ? "" : detail + " vs " + v.baseline;
+    r.retimed = retimed, r.dense_slow_phase = still_slow;
+    if (!with_bwd) r.note = note;  // once per variant
     if (on_result) on_result(r);
     rows.push_back(std::move(r));
   }
@@ -171,9 +193,16 @@ std::vector<BenchResult> run_bench(const BenchOptions& opts,
     // The expert GEMMs of one forward as one dense GEMM: [R, D] x [D, 3F] (6*R*D*F FLOPs), kept
     // for the case and timed beside each of its timed steps.
     CaseRun run{c, opts, case_inputs(c, opts.seed), DenseRunner(c.rows(), c.D, 3 * c.F, opts.dtype)};
+    std::vector<double> start;
+    for (int i = 0; i < 3; ++i) start.push_back(run.dense.run_ms()), run.dense.settle();
+    run.dense_reference_ms = summarize(start).median_ms;
     for (const Variant& v : case_variants(c)) run_variant(run, v, rows, on_result);
   }
   return rows;
+}
+
+bool slow_phase(const std::vector<double>& dense_ms, double reference_ms) {
+  return !dense_ms.empty() && reference_ms > 0 && summarize(dense_ms).median_ms > kSlowPhase * reference_ms;
 }
 
 bool all_checks_passed(const std::vector<BenchResult>& results) {

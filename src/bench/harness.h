@@ -50,7 +50,25 @@ struct BenchResult {
   double permute_gbps = 0, combine_gbps = 0;  // the variant's permute / combine kernel alone
   double memcpy_gbps = 0;
   double permute_fraction_of_memcpy = 0, combine_fraction_of_memcpy = 0;
+  // The variant's paired dense runs against the case's reference (slow_phase below): how many times
+  // it was timed again, and whether the kept attempt was still in a slow phase (its fraction of dense
+  // then overstates the layer; `note` says so).
+  int retimed = 0;
+  bool dense_slow_phase = false;
+  std::string note;  // "" or one sentence for stderr
 };
+
+// A slow phase of a shared machine can slow the paired dense runs far more than the layer's steps
+// (oneDNN splits its work statically over its OpenMP threads: with one core taken it runs at half
+// rate, while the engine's pool hands out chunks dynamically; docs/benchmarks.md, "Paired with the
+// dense baseline"). A case's reference is the median of the dense runs timed at its start, lowered
+// to any faster median a variant's pairs reach; a variant whose paired dense median is more than
+// kSlowPhase times the reference is timed again, up to kRetimes times, and keeps the attempt whose
+// dense runs were fastest.
+inline constexpr double kSlowPhase = 1.25;
+inline constexpr int kRetimes = 2;
+// True when the median of `dense_ms` is more than kSlowPhase x `reference_ms`.
+bool slow_phase(const std::vector<double>& dense_ms, double reference_ms);
 
 // Runs every selected case and variant. `on_result` is called as each row is
 // ready (for live printing). Throws moe::Error for an unknown case name.

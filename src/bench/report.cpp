@@ -76,6 +76,7 @@ std::string results_json(const std::vector<BenchResult>& results) {
           {"total", double(m.total() / kMiB)}};
       j["peak_over_minimum"] = r.peak_over_minimum;
     }
+    j["retimed"] = r.retimed, j["dense_slow_phase"] = r.dense_slow_phase;
     j["flops"] = r.flops, j["iters"] = r.iters;
     j["shape"] = {{"T", r.T}, {"D", r.D}, {"F", r.F}, {"E", r.E}, {"K", r.K}};
     j["permute_gbps"] = r.permute_gbps, j["combine_gbps"] = r.combine_gbps, j["memcpy_gbps"] = r.memcpy_gbps;

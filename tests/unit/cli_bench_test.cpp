@@ -39,6 +39,9 @@ TEST(CliBench, TinyWritesTheContractedJson) {
     EXPECT_GT(row.at("gflops").get<double>(), 0.0);
     EXPECT_GT(row.at("peak_alloc_mib").get<double>(), 0.0);
     EXPECT_EQ(row.at("iters"), 2);
+    ASSERT_TRUE(row.contains("retimed") && row.at("retimed").is_number_integer()) << row.dump();
+    EXPECT_LE(row.at("retimed").get<int>(), bench::kRetimes);
+    ASSERT_TRUE(row.contains("dense_slow_phase") && row.at("dense_slow_phase").is_boolean()) << row.dump();
     std::string v = row.at("variant");
     variants.insert(v);
     EXPECT_EQ(row.at("check"), v == "reference" ? "ref" : "PASS") << v;
@@ -81,6 +84,17 @@ TEST(CliBench, TinyWritesTheContractedJson) {
   const double fwd = 6.0 * 128 * 64 * 32 + 2.0 * 64 * 64 * 8;
   EXPECT_EQ(rows[0].at("flops").get<double>(), fwd);
   EXPECT_EQ(rows[1].at("flops").get<double>(), 3 * fwd);
+}
+
+// A variant is timed again when the median of its paired dense runs is more than kSlowPhase times
+// the case's reference (harness.h): the median, not one slow run, decides.
+TEST(BenchSlowPhase, TheMedianOfThePairedDenseRunsDecides) {
+  EXPECT_FALSE(bench::slow_phase({10, 10, 10}, 10));
+  EXPECT_FALSE(bench::slow_phase({10, 30, 12.5}, 10));  // one slow run; the median 12.5 is at the bound
+  EXPECT_TRUE(bench::slow_phase({12.6, 30, 13}, 10));
+  EXPECT_TRUE(bench::slow_phase({20, 21, 19}, 10));  // oneDNN at half rate
+  EXPECT_FALSE(bench::slow_phase({}, 10));           // nothing timed
+  EXPECT_FALSE(bench::slow_phase({20}, 0));          // no reference
 }
 
 TEST(CliBench, BadArgumentsAreErrors) {

@@ -77,6 +77,7 @@ void run_bench_cmd(const BenchArgs& a) {
     }
     std::fputs(bench::format_table_row(r).c_str(), stdout);
     std::fflush(stdout);
+    if (!r.note.empty()) std::fprintf(stderr, "moe: note: bench: %s\n", r.note.c_str());
   });
   if (!a.json.empty()) {
     write_file_atomic(a.json, bench::results_json(rows));
