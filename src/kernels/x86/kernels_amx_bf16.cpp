@@ -10,13 +10,13 @@
 // column block, the reduction slices (the f32 sums are stored and reloaded exactly between them) or
 // the thread, so row independence, fused = split = expert parallelism hold here as at every level.
 // The weight gradient's chains run over a group's rows from its first row. gmm_dlhs_sum runs two
-// such chains per element (its two reduction segments, each from +0) and writes second + first. TDPBF16PS flushes bf16
-// denormal inputs and f32 denormal results to zero, as vdpbf16ps does; its sums of pairs round as
-// the hardware rounds them, so this level's bits differ from avx512_bf16's (within the bound).
+// such chains per element (its two reduction segments, each from +0) and writes second + first. TDPBF16PS
+// flushes bf16 denormal inputs and f32 denormal results to zero, as vdpbf16ps does; its sums of pairs round
+// as the hardware rounds them, so this level's bits differ from avx512_bf16's (within the bound).
 //
 // Schedule. Tasks are (problem, block of kTaskPanels panels of 32 columns, block of rows); a task
-// walks the reduction in slices of kSliceSteps steps: it packs the slice of each of its panels
-// (16 KiB a panel, L1) and copies the slice of its rows of A tile-ready (per 32-row block and step,
+// walks the reduction in slices of about kSliceSteps steps (slice_steps): it packs the slice of each of its
+// panels (16 KiB a panel, L1) and copies the slice of its rows of A tile-ready (per 32-row block and step,
 // each tile's 16 rows of 64 bytes contiguous; L2), then for each panel runs every row block against
 // it (C tiles reloaded from and stored to the task's f32 sums), so B is read from L1 and A from L2.
 // Tasks run a block of rows with each of its column blocks in turn; where the copy of the rows over
@@ -47,8 +47,9 @@ constexpr int64_t kStepBytes = 4 * kStepWords;  // one 64-byte tile row
 constexpr int64_t kPanel = 32;                  // output columns per panel: two C tiles
 constexpr int64_t kBlock = 32;                  // output rows per row block: two C tiles
 constexpr int64_t kPanelRowBytes = 4 * kPanel;  // a packed B row: 32 words
-constexpr int64_t kSliceSteps = 8;              // tile steps per reduction slice (256 elements)
-constexpr int64_t kSliceWords = kSliceSteps * kStepWords * kPanel;  // a panel's slice: 16 KiB
+constexpr int64_t kSliceSteps = 8;              // tile steps per reduction slice (256 elements) ...
+constexpr int64_t kSliceMax = 12;               // ... up to 12 where that avoids a short last slice
+constexpr int64_t kSliceWords = kSliceMax * kStepWords * kPanel;    // room for a panel's slice: 24 KiB
 constexpr int64_t kTaskPanels = 8;                                  // panels per task (256 columns)
 constexpr int64_t kSumsLd = kTaskPanels * kPanel;                   // row stride of a task's f32 sums
 constexpr int64_t kTaskRowsMax = 512, kTaskRowsMin = 64;
@@ -204,6 +205,19 @@ void epilogue(const Problem& pr, const RowBlock& b, const float* sums, int64_t c
 // Tile steps of a reduction of `len` elements.
 constexpr int64_t steps_of(int64_t len) { return (len + 2 * kStepWords - 1) / (2 * kStepWords); }
 
+// Steps per slice of a reduction of S steps: about kSliceSteps, evened out so that no slice is much
+// shorter than the others (each slice costs a pass of packing and of C tiles over every block and
+// panel: a weight gradient over a group of 257-288 rows, 9 steps, ran a second slice of one step),
+// and at most kSliceMax. The slices do not change the bits (the sums are stored exactly between
+// them).
+constexpr int64_t slice_steps(int64_t S) {
+  const int64_t n =
+      std::max<int64_t>({(S + kSliceMax - 1) / kSliceMax, (S + kSliceSteps / 2) / kSliceSteps, 1});
+  return std::max<int64_t>((S + n - 1) / n, 1);
+}
+static_assert(slice_steps(9) == 9 && slice_steps(32) == 8 && slice_steps(16) == 8 && slice_steps(13) == 7 &&
+              slice_steps(12) == 6 && slice_steps(257) <= kSliceMax && slice_steps(1) == 1);
+
 // The tile-ready copy of A (amx_gemm's copy_a) for a problem with `t`: steps [s0, s1) of blocks
 // [0, nb), block m's at dst0 + m * block_steps steps; a tile's row d, step st holds the pairs
 // (t[j][d], t[j + 1][d]) for j = 32 st, 32 st + 2, ...: 16 reduction rows of t paired and 16 x 16
@@ -279,7 +293,7 @@ void amx_gemm(const std::vector<Problem>& probs, int64_t n_out, Out* out, int64_
     constexpr int64_t kBlocksMax = kTaskRowsMax / kBlock;
     uint32_t* bp = scratch(size_t(kTaskPanels * kSliceWords), 0);
     // The f32 sums of the task's rows and columns, then the slice's copy of A.
-    constexpr int64_t kBlockCopyWords = kSliceSteps * kACopyStepBytes / 4;
+    constexpr int64_t kBlockCopyWords = kSliceMax * kACopyStepBytes / 4;
     // A second segment's sums follow the first's (gmm_dlhs_sum).
     const int64_t nsums = probs.empty() || probs[0].a2 == nullptr ? 1 : 2;
     uint32_t* buf = scratch(
@@ -293,7 +307,7 @@ void amx_gemm(const std::vector<Problem>& probs, int64_t n_out, Out* out, int64_
       const Task& t = tasks[size_t(ti)];
       const Problem& pr = probs[size_t(t.p)];
       const int64_t np = std::min(kTaskPanels, panels - t.panel0), c0 = t.panel0 * kPanel;
-      const int64_t P = (pr.len + 1) / 2, S = steps_of(pr.len);
+      const int64_t P = (pr.len + 1) / 2, S = steps_of(pr.len), slice = slice_steps(S);
       const int64_t whole = pr.padded ? S : pr.len / (2 * kStepWords);  // steps inside every row
       // A copy padded to whole steps (the weight gradient's lhs^T) is read in place unless its rows
       // are a multiple of 2 KiB apart (the L2 sets, below): copying it again cost granite-1b's
@@ -333,12 +347,11 @@ void amx_gemm(const std::vector<Problem>& probs, int64_t n_out, Out* out, int64_
         kept_p = -1;
       }
       for (int seg = 0; seg < seg_n; ++seg)
-        for (int64_t s0 = 0; s0 < S; s0 += kSliceSteps) {
+        for (int64_t s0 = 0; s0 < S; s0 += slice) {
           const bf16* const A = seg == 0 ? pr.a : pr.a2;
           float* const sums = sums0 + seg * kTaskRowsMax * kSumsLd;
-          const bool last = s0 + kSliceSteps >= S && seg == seg_n - 1;
-          const int64_t s1 = std::min(S, s0 + kSliceSteps), w0 = s0 * kStepWords,
-                        w1 = std::min(P, s1 * kStepWords);
+          const bool last = s0 + slice >= S && seg == seg_n - 1;
+          const int64_t s1 = std::min(S, s0 + slice), w0 = s0 * kStepWords, w1 = std::min(P, s1 * kStepWords);
           const int64_t packed = w1 - w0, rows_all = (s1 - s0) * kStepWords;
           for (int64_t pi = 0; pi < np; ++pi) {
             uint32_t* dst = bp + pi * kSliceWords;
@@ -348,21 +361,21 @@ void amx_gemm(const std::vector<Problem>& probs, int64_t n_out, Out* out, int64_
           }
           Region next{};
           if (s1 < S) {
-            next = w.region(pr, c0, c0 + np * kPanel, s1 * kStepWords,
-                            std::min(P, (s1 + kSliceSteps) * kStepWords), seg);
+            next = w.region(pr, c0, c0 + np * kPanel, s1 * kStepWords, std::min(P, (s1 + slice) * kStepWords),
+                            seg);
           } else if (seg + 1 < seg_n) {
-            next = w.region(pr, c0, c0 + np * kPanel, 0, std::min(P, kSliceSteps * kStepWords), seg + 1);
+            next = w.region(pr, c0, c0 + np * kPanel, 0, std::min(P, slice * kStepWords), seg + 1);
           } else if (ti + 1 < te) {
             const Task& nt = tasks[size_t(ti + 1)];
             const Problem& np_ = probs[size_t(nt.p)];
             next = w.region(np_, nt.panel0 * kPanel, std::min(n_out, (nt.panel0 + kTaskPanels) * kPanel), 0,
-                            std::min((np_.len + 1) / 2, kSliceSteps * kStepWords), 0);
+                            std::min((np_.len + 1) / 2, slice_steps(steps_of(np_.len)) * kStepWords), 0);
           }
           pf.start(next, np * nb * (s1 - s0));
-          if (!in_place && !whole_copy) copy_a(seg, s0, s1, acopy, kSliceSteps);
+          if (!in_place && !whole_copy) copy_a(seg, s0, s1, acopy, kSliceMax);
           // Block m's copy of this slice: at step s0 of its whole copy, or at the slice's own.
           const uint32_t* const slice_a = whole_copy ? acopy + (seg * nb * S + s0) * kACopyStepWords : acopy;
-          const int64_t block_words = (whole_copy ? S : kSliceSteps) * kACopyStepWords;
+          const int64_t block_words = (whole_copy ? S : kSliceMax) * kACopyStepWords;
           for (int64_t pi = 0; pi < np; ++pi) {
             const std::byte* b = reinterpret_cast<const std::byte*>(bp + pi * kSliceWords);
             for (int64_t m = 0; m < nb; ++m) {
