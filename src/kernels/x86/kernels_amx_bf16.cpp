@@ -16,7 +16,7 @@
 //
 // Schedule. Tasks are (problem, block of kTaskPanels panels of 32 columns, block of rows); a task
 // walks the reduction in slices of about kSliceSteps steps (slice_steps): it packs the slice of each of its
-// panels (16 KiB a panel, L1) and copies the slice of its rows of A tile-ready (per 32-row block and step,
+// panels (16-24 KiB a panel, L1) and copies the slice of its rows of A tile-ready (per 32-row block and step,
 // each tile's 16 rows of 64 bytes contiguous; L2), then for each panel runs every row block against
 // it (C tiles reloaded from and stored to the task's f32 sums), so B is read from L1 and A from L2.
 // Tasks run a block of rows with each of its column blocks in turn; where the copy of the rows over
