@@ -14,7 +14,8 @@
 // flushes bf16 denormal inputs and f32 denormal results to zero, as vdpbf16ps does; its sums of pairs round
 // as the hardware rounds them, so this level's bits differ from avx512_bf16's (within the bound).
 //
-// Schedule. Tasks are (problem, block of kTaskPanels panels of 32 columns, block of rows); a task
+// Schedule. Tasks are (problem, block of kTaskPanels panels of 32 columns, 4 where the task's copy of
+// A is kept or A is read in place, block of rows); a task
 // walks the reduction in slices of about kSliceSteps steps (slice_steps): it packs the slice of each of its
 // panels (16-24 KiB a panel, L1) and copies the slice of its rows of A tile-ready (per 32-row block and step,
 // each tile's 16 rows of 64 bytes contiguous; L2), then for each panel runs every row block against
@@ -51,6 +52,7 @@ constexpr int64_t kSliceSteps = 8;              // tile steps per reduction slic
 constexpr int64_t kSliceMax = 12;               // ... up to 12 where that avoids a short last slice
 constexpr int64_t kSliceWords = kSliceMax * kStepWords * kPanel;    // room for a panel's slice: 24 KiB
 constexpr int64_t kTaskPanels = 8;                                  // panels per task (256 columns)
+constexpr int64_t kTaskPanelsKept = 4;  // ... where the task's copy of A is kept or A read in place
 constexpr int64_t kSumsLd = kTaskPanels * kPanel;                   // row stride of a task's f32 sums
 constexpr int64_t kTaskRowsMax = 512, kTaskRowsMin = 64;
 constexpr int64_t kACopyStepBytes = 2 * 16 * kStepBytes;  // a row block's copy of A per tile step: two tiles
@@ -107,6 +109,7 @@ struct Problem {
 
 struct Task {
   int64_t p, panel0, r0, r1;  // problem, first panel, rows [r0, r1) of the problem
+  int64_t np;                 // panels (kTaskPanelsKept or kTaskPanels, fewer at the last columns)
 };
 
 // C tiles += `n` steps of A (tile 4's rows from a0, tile 5's from a1, rows `lda` bytes apart, the
@@ -205,6 +208,16 @@ void epilogue(const Problem& pr, const RowBlock& b, const float* sums, int64_t c
 // Tile steps of a reduction of `len` elements.
 constexpr int64_t steps_of(int64_t len) { return (len + 2 * kStepWords - 1) / (2 * kStepWords); }
 
+// A copy padded to whole steps (the weight gradient's lhs^T written out) is read in place unless its
+// rows are a multiple of 2 KiB apart (the L2 sets, amx_gemm): copying it again cost granite-1b's
+// weight gradient a second pass over lhs^T.
+bool reads_a_in_place(const Problem& pr) { return pr.padded && (pr.lda * 2) % 2048 != 0; }
+// Whether a task of `nb` row blocks keeps its copy of A over the whole reduction (every segment).
+bool keeps_whole_copy(const Problem& pr, int64_t nb) {
+  return !reads_a_in_place(pr) &&
+         (pr.a2 ? 2 : 1) * nb * steps_of(pr.len) * kACopyStepWords <= kKeptACopyWords;
+}
+
 // Steps per slice of a reduction of S steps: about kSliceSteps, evened out so that no slice is much
 // shorter than the others (each slice costs a pass of packing and of C tiles over every block and
 // panel: a weight gradient over a group of 257-288 rows, 9 steps, ran a second slice of one step),
@@ -285,9 +298,16 @@ void amx_gemm(const std::vector<Problem>& probs, int64_t n_out, Out* out, int64_
     const int64_t n_blocks = (rows + limit - 1) / limit;
     const int64_t step = ((rows + n_blocks - 1) / n_blocks + kBlock - 1) / kBlock * kBlock;
     // A block of rows with each of its column blocks in turn: consecutive tasks share their rows of A.
+    // Where A is not copied per task (kept, or read in place), narrower column blocks: more tasks to
+    // share out, and half the panels' slices to hold (granite-1b's GEMMs 5-8% faster); where each
+    // task copies its slices of A, a narrower block would copy them twice as often.
+    const Problem& pr = probs[size_t(p)];
+    const int64_t width = reads_a_in_place(pr) || keeps_whole_copy(pr, (step + kBlock - 1) / kBlock)
+                              ? kTaskPanelsKept
+                              : kTaskPanels;
     for (int64_t r = 0; r < rows; r += step)
-      for (int64_t p0 = 0; p0 < panels; p0 += kTaskPanels)
-        tasks.push_back({p, p0, r, std::min(rows, r + step)});
+      for (int64_t p0 = 0; p0 < panels; p0 += width)
+        tasks.push_back({p, p0, r, std::min(rows, r + step), std::min(width, panels - p0)});
   }
   parallel_for(int64_t(tasks.size()), 1, [&](int64_t tb, int64_t te) {
     constexpr int64_t kBlocksMax = kTaskRowsMax / kBlock;
@@ -306,13 +326,10 @@ void amx_gemm(const std::vector<Problem>& probs, int64_t n_out, Out* out, int64_
     for (int64_t ti = tb; ti < te; ++ti) {
       const Task& t = tasks[size_t(ti)];
       const Problem& pr = probs[size_t(t.p)];
-      const int64_t np = std::min(kTaskPanels, panels - t.panel0), c0 = t.panel0 * kPanel;
+      const int64_t np = t.np, c0 = t.panel0 * kPanel;
       const int64_t P = (pr.len + 1) / 2, S = steps_of(pr.len), slice = slice_steps(S);
       const int64_t whole = pr.padded ? S : pr.len / (2 * kStepWords);  // steps inside every row
-      // A copy padded to whole steps (the weight gradient's lhs^T) is read in place unless its rows
-      // are a multiple of 2 KiB apart (the L2 sets, below): copying it again cost granite-1b's
-      // weight gradient a second pass over lhs^T.
-      const bool in_place = pr.padded && (pr.lda * 2) % 2048 != 0;
+      const bool in_place = reads_a_in_place(pr);
       const int64_t nb = (t.r1 - t.r0 + kBlock - 1) / kBlock;
       RowBlock blocks[kBlocksMax];
       for (int64_t m = 0; m < nb; ++m) blocks[m] = row_block(pr, t.r0 + m * kBlock, t.r1);
@@ -339,7 +356,7 @@ void amx_gemm(const std::vector<Problem>& probs, int64_t n_out, Out* out, int64_
       };
       // Whole: the copy covers every step of every segment (copied once for the task's rows, so the
       // rows' other column blocks read it again); else each slice is copied before its tiles run.
-      const bool whole_copy = !in_place && seg_n * nb * S * kACopyStepWords <= kKeptACopyWords;
+      const bool whole_copy = keeps_whole_copy(pr, nb);
       if (whole_copy && (kept_p != t.p || kept_r0 != t.r0)) {
         for (int seg = 0; seg < seg_n; ++seg) copy_a(seg, 0, S, acopy + seg * nb * S * kACopyStepWords, S);
         kept_p = t.p, kept_r0 = t.r0;
@@ -368,7 +385,7 @@ void amx_gemm(const std::vector<Problem>& probs, int64_t n_out, Out* out, int64_
           } else if (ti + 1 < te) {
             const Task& nt = tasks[size_t(ti + 1)];
             const Problem& np_ = probs[size_t(nt.p)];
-            next = w.region(np_, nt.panel0 * kPanel, std::min(n_out, (nt.panel0 + kTaskPanels) * kPanel), 0,
+            next = w.region(np_, nt.panel0 * kPanel, std::min(n_out, (nt.panel0 + nt.np) * kPanel), 0,
                             std::min((np_.len + 1) / 2, slice_steps(steps_of(np_.len)) * kStepWords), 0);
           }
           pf.start(next, np * nb * (s1 - s0));
