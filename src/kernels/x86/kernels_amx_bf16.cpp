@@ -240,8 +240,8 @@ void copy_transposed(const Problem& pr, const RowBlock* blocks, int64_t nb, int6
   for (int64_t m = 0; m < nb; ++m)
     for (int k = 0; k < (blocks[m].two ? 2 : 1); ++k) {
       const int64_t d0 = blocks[m].w[k], nc = std::clamp<int64_t>(pr.ldt - d0, 0, V::L);
-      uint32_t* dst = dst0 + (m * block_steps * kACopyStepBytes + 16 * k * kStepBytes) / 4;
-      for (int64_t st = s0; st < s1; ++st, dst += kACopyStepBytes / 4) {
+      uint32_t* dst = dst0 + m * block_steps * kACopyStepWords + 16 * k * kStepWords;
+      for (int64_t st = s0; st < s1; ++st, dst += kACopyStepWords) {
         typename V::I v[V::L], unused;
         for (int w = 0; w < V::L; ++w) {
           const int64_t j = 2 * (st * kStepWords + w);
@@ -313,7 +313,7 @@ void amx_gemm(const std::vector<Problem>& probs, int64_t n_out, Out* out, int64_
     constexpr int64_t kBlocksMax = kTaskRowsMax / kBlock;
     uint32_t* bp = scratch(size_t(kTaskPanels * kSliceWords), 0);
     // The f32 sums of the task's rows and columns, then the slice's copy of A.
-    constexpr int64_t kBlockCopyWords = kSliceMax * kACopyStepBytes / 4;
+    constexpr int64_t kBlockCopyWords = kSliceMax * kACopyStepWords;
     // A second segment's sums follow the first's (gmm_dlhs_sum).
     const int64_t nsums = probs.empty() || probs[0].a2 == nullptr ? 1 : 2;
     uint32_t* buf = scratch(
@@ -586,26 +586,21 @@ class LhsT {
     // their own rows of lhs^T into it: lhs^T is never written out and read back (16 MB each way for
     // granite-1b's wi gradient).
     const int64_t blocks_max = std::min(kTaskRowsMax, (rows_t + kBlock - 1) / kBlock * kBlock) / kBlock;
-    bool by_task = !detail::force_lhs_t_copy.load(std::memory_order_relaxed);
-    for (int64_t lg = 0; lg < n_local; ++lg)
-      by_task = by_task &&
-                blocks_max * steps_of(groups.sizes[size_t(goff + lg)]) * kACopyStepWords <= kKeptACopyWords;
-    if (by_task) {
-      for (int64_t lg = 0; lg < n_local; ++lg) {
-        const int64_t g0 = groups.offsets[size_t(goff + lg)], R = groups.sizes[size_t(goff + lg)];
-        probs_.push_back(
-            {nullptr, 0, R > 0 ? Kc : 0, 0, rows_t, R, false, lg * Kc, lg, nullptr, L + g0 * Kc, Kc});
-      }
-      return;
+    for (int64_t lg = 0; lg < n_local; ++lg) {
+      const int64_t g0 = groups.offsets[size_t(goff + lg)], R = groups.sizes[size_t(goff + lg)];
+      probs_.push_back(
+          {nullptr, 0, R > 0 ? Kc : 0, 0, rows_t, R, false, lg * Kc, lg, nullptr, L + g0 * Kc, Kc});
     }
+    bool by_task = !detail::force_lhs_t_copy.load(std::memory_order_relaxed);
+    for (const Problem& p : probs_) by_task = by_task && keeps_whole_copy(p, blocks_max);
+    if (by_task) return;
+    probs_.clear();
     std::vector<int64_t> at(size_t(n_local) + 1, 0);   // words of the copies before group lg
     for (int64_t lg = 0; lg < n_local; ++lg)
       at[size_t(lg) + 1] = at[size_t(lg)] + rows_t * steps_of(groups.sizes[size_t(goff + lg)]) * kStepWords;
     uint32_t* lt = buf_.get(size_t(std::max<int64_t>(at.back(), 1)));
     // Copies: (group, 32 columns of lhs: a 64-byte line of each row) per job; two rows' 32 columns
-    // paired into words of 16 columns each (lo, hi), and 16 x 16 words transposed at a time. (Half a
-    // line per job, 16 columns, cost granite-1b's weight gradients 2-5 ms a step: each line was
-    // fetched twice, and rows a multiple of 1 KiB apart share a few L1 sets.)
+    // paired into words of 16 columns each (lo, hi), and 16 x 16 words transposed at a time.
     constexpr int64_t kCols = 2 * V::L;
     const int64_t cblocks = (rows_t + kCols - 1) / kCols;
     parallel_for(n_local * cblocks, 1, [&](int64_t b, int64_t e) {
