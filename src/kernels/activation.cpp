@@ -1,8 +1,6 @@
 #include "kernels/activation.h"
 
 #include <algorithm>
-#include <type_traits>
-#include <vector>
 
 #include "kernels/dispatch.h"
 #include "moe/thread_pool.h"
@@ -15,44 +13,32 @@ T* at(const RowView& v, int64_t r) {
   return const_cast<T*>(static_cast<const T*>(v.t.raw())) + r * v.ld + v.col0;
 }
 
-// A row as f32: the row itself (f32) or a converted copy in `buf` (bf16).
-template <class T>
-const float* as_f32(const T* row, int64_t n, std::vector<float>& buf) {
-  if constexpr (std::is_same_v<T, float>) {
-    return row;
-  } else {
-    buf.resize(size_t(n));
-    kernels::table().bf16_to_f32(row, buf.data(), n);
-    return buf.data();
-  }
+// One row of each tensor per call to the level's row entries (f32 or bf16 rows).
+void act_row(Activation act, const float* g, const float* u, float* a, int64_t F) {
+  kernels::table().act_forward_f(act, g, u, a, F);
 }
-
-void store_f32(const float* src, float* dst, int64_t n) { std::copy(src, src + n, dst); }
-void store_f32(const float* src, bf16* dst, int64_t n) { kernels::table().f32_to_bf16(src, dst, n); }
+void act_row(Activation act, const bf16* g, const bf16* u, bf16* a, int64_t F) {
+  kernels::table().act_forward_b(act, g, u, a, F);
+}
+void act_row_backward(Activation act, const float* g, const float* u, const float* d, float* dg, float* du,
+                      int64_t F) {
+  kernels::table().act_backward_f(act, g, u, d, dg, du, F);
+}
+void act_row_backward(Activation act, const bf16* g, const bf16* u, const bf16* d, bf16* dg, bf16* du,
+                      int64_t F) {
+  kernels::table().act_backward_b(act, g, u, d, dg, du, F);
+}
 
 template <class T>
 void forward_rows(Activation act, const RowView& h0, const RowView& h1, T* a, int64_t F, int64_t b, int64_t e) {
-  std::vector<float> gb, ub, out(static_cast<size_t>(F));
-  for (int64_t r = b; r < e; ++r) {
-    const float* g = as_f32(at<T>(h0, r), F, gb);
-    const float* u = as_f32(at<T>(h1, r), F, ub);
-    kernels::table().act_forward(act, g, u, out.data(), F);
-    store_f32(out.data(), a + r * F, F);
-  }
+  for (int64_t r = b; r < e; ++r) act_row(act, at<T>(h0, r), at<T>(h1, r), a + r * F, F);
 }
 
 template <class T>
 void backward_rows(Activation act, const RowView& h0, const RowView& h1, const T* da, const RowView& dh0,
                    const RowView& dh1, int64_t F, int64_t b, int64_t e) {
-  std::vector<float> gb, ub, db, dg(static_cast<size_t>(F)), du(static_cast<size_t>(F));
-  for (int64_t r = b; r < e; ++r) {
-    const float* g = as_f32(at<T>(h0, r), F, gb);
-    const float* u = as_f32(at<T>(h1, r), F, ub);
-    const float* d = as_f32(da + r * F, F, db);
-    kernels::table().act_backward(act, g, u, d, dg.data(), du.data(), F);
-    store_f32(dg.data(), at<T>(dh0, r), F);
-    store_f32(du.data(), at<T>(dh1, r), F);
-  }
+  for (int64_t r = b; r < e; ++r)
+    act_row_backward(act, at<T>(h0, r), at<T>(h1, r), da + r * F, at<T>(dh0, r), at<T>(dh1, r), F);
 }
 
 template <class T>

@@ -62,10 +62,15 @@ struct Table {
   // Casts of contiguous rows: f32 -> bf16 (round to nearest even, as to_bf16) and back.
   void (*f32_to_bf16)(const float*, bf16*, int64_t);
   void (*bf16_to_f32)(const bf16*, float*, int64_t);
-  // Gated activation element loops on f32 rows (kernels/activation.h).
-  void (*act_forward)(Activation, const float* g, const float* u, float* a, int64_t n);
-  void (*act_backward)(Activation, const float* g, const float* u, const float* d, float* dg, float* du,
-                       int64_t n);
+  // Gated activation over n elements of a row (kernels/activation.h): a = act(g) * u; backward
+  // dg = d * u * act'(g), du = d * act(g). In f32 from the stored values, rounded once to the row
+  // type; the bits of the scalar functions of activation.h (NaN payloads aside).
+  void (*act_forward_f)(Activation, const float* g, const float* u, float* a, int64_t n);
+  void (*act_forward_b)(Activation, const bf16* g, const bf16* u, bf16* a, int64_t n);
+  void (*act_backward_f)(Activation, const float* g, const float* u, const float* d, float* dg, float* du,
+                         int64_t n);
+  void (*act_backward_b)(Activation, const bf16* g, const bf16* u, const bf16* d, bf16* dg, bf16* du,
+                         int64_t n);
   // AdamW on n contiguous parameters p with gradients g and moments m, v (in place).
   void (*adamw)(float* p, const float* g, float* m, float* v, int64_t n, const AdamWStep& k);
 };

@@ -86,6 +86,31 @@ void loop_act_backward(Activation act, const float* g, const float* u, const flo
     }
   }
 }
+// bf16 rows: pieces widened into f32 buffers, the f32 loop, one rounding per output.
+constexpr int64_t kActPiece = 256;
+void loop_act_forward_b(Activation act, const bf16* g, const bf16* u, bf16* a, int64_t n) {
+  alignas(64) float gf[kActPiece], uf[kActPiece], af[kActPiece];
+  for (int64_t i = 0; i < n; i += kActPiece) {
+    const int64_t m = std::min(kActPiece, n - i);
+    loop_bf16_to_f32(g + i, gf, m);
+    loop_bf16_to_f32(u + i, uf, m);
+    loop_act_forward(act, gf, uf, af, m);
+    loop_f32_to_bf16(af, a + i, m);
+  }
+}
+void loop_act_backward_b(Activation act, const bf16* g, const bf16* u, const bf16* d, bf16* dg, bf16* du,
+                         int64_t n) {
+  alignas(64) float gf[kActPiece], uf[kActPiece], df[kActPiece], dgf[kActPiece], duf[kActPiece];
+  for (int64_t i = 0; i < n; i += kActPiece) {
+    const int64_t m = std::min(kActPiece, n - i);
+    loop_bf16_to_f32(g + i, gf, m);
+    loop_bf16_to_f32(u + i, uf, m);
+    loop_bf16_to_f32(d + i, df, m);
+    loop_act_backward(act, gf, uf, df, dgf, duf, m);
+    loop_f32_to_bf16(dgf, dg + i, m);
+    loop_f32_to_bf16(duf, du + i, m);
+  }
+}
 
 // Element by element, in this order of operations (the bits of the scalar loop).
 void loop_adamw(float* p, const float* g, float* m, float* v, int64_t n, const AdamWStep& k) {
@@ -113,8 +138,10 @@ Table portable_table(Isa isa) {
   t.dot_f = loop_dot<float>;
   t.f32_to_bf16 = loop_f32_to_bf16;
   t.bf16_to_f32 = loop_bf16_to_f32;
-  t.act_forward = loop_act_forward;
-  t.act_backward = loop_act_backward;
+  t.act_forward_f = loop_act_forward;
+  t.act_forward_b = loop_act_forward_b;
+  t.act_backward_f = loop_act_backward;
+  t.act_backward_b = loop_act_backward_b;
   t.adamw = loop_adamw;
   return t;
 }

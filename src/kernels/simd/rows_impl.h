@@ -60,6 +60,33 @@ void weighted_sum(const float* w, const S* const* src, int64_t K, O* dst, int64_
   }
 }
 
+// dot: 16 lane sums (lane j takes the elements d = j mod 16, in order), the lanes added 0..15, then
+// the tail in order: loop_dot's bits, the lanes held in 16 / L vectors.
+template <class V, class S>
+float dot(const S* a, const S* b, int64_t D) {
+  static_assert(16 % V::L == 0, "dot: the 16 lanes are whole vectors");
+  constexpr int kV = 16 / V::L;
+  typename V::F acc[kV];
+  for (int v = 0; v < kV; ++v) acc[v] = V::zero();
+  int64_t d = 0;
+  for (; d + 16 <= D; d += 16)
+    for (int v = 0; v < kV; ++v)
+      acc[v] =
+          V::add(acc[v], V::mul(load_row<V>(a + d + V::L * v, V::L), load_row<V>(b + d + V::L * v, V::L)));
+  alignas(64) float lane[16];
+  for (int v = 0; v < kV; ++v) V::store(lane + V::L * v, acc[v]);
+  float s = 0.0f;
+  for (int j = 0; j < 16; ++j) s += lane[j];
+  for (; d < D; ++d) s += load_f32(a[d]) * load_f32(b[d]);
+  return s;
+}
+// dst = round_T(w * src), element by element.
+template <class V, class T>
+void scale(float w, const T* src, T* dst, int64_t D) {
+  const typename V::F wv = V::set1(w);
+  for (int64_t d = 0; d < D; d += V::L) store_row<V>(dst + d, V::mul(wv, load_row<V>(src + d, D - d)), D - d);
+}
+
 template <class V>
 void cast_f32_to_bf16(const float* s, bf16* d, int64_t n) {
   for (int64_t i = 0; i < n; i += V::L) store_row<V>(d + i, load_row<V>(s + i, n - i), n - i);
@@ -84,6 +111,10 @@ kernels::Table level_table(Isa isa) {
   t.weighted_sum_bb = weighted_sum<V, bf16, bf16>;
   t.weighted_sum_bf = weighted_sum<V, bf16, float>;
   t.weighted_sum_ff = weighted_sum<V, float, float>;
+  t.dot_b = dot<V, bf16>;
+  t.dot_f = dot<V, float>;
+  t.scale_b = scale<V, bf16>;
+  t.scale_f = scale<V, float>;
   t.f32_to_bf16 = cast_f32_to_bf16<V>;
   t.bf16_to_f32 = cast_bf16_to_f32<V>;
   return t;

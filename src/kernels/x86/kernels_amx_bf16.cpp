@@ -31,7 +31,7 @@
 
 #include "kernels/x86/target_amx_bf16.h"
 
-#include "kernels/x86/simd_avx512.h"
+#include "kernels/x86/simd_avx512_bf16.h"
 #include "kernels/simd/gemm_impl.h"
 // clang-format on
 
@@ -41,7 +41,7 @@ const kernels::Table& table_avx512_bf16();
 
 namespace {
 using namespace simd;
-using V = Avx512;
+using V = Avx512Bf16;  // bf16 outputs rounded by VCVTNEPS2BF16
 
 constexpr int64_t kStepWords = 16;              // words (bf16 pairs) of an A row per tile step
 constexpr int64_t kStepBytes = 4 * kStepWords;  // one 64-byte tile row

@@ -9,6 +9,7 @@
 #include "kernels/x86/simd_avx2.h"
 #include "kernels/simd/gemm_impl.h"
 #include "kernels/simd/rows_impl.h"
+#include "kernels/simd/act_impl.h"
 
 namespace moe::x86 {
 namespace {
@@ -26,7 +27,7 @@ using LevelAvx2 = Level<Avx2, TileShape<F32Step<Avx2>, 6, 2>, TileShape<WidenSte
 }  // namespace
 
 const kernels::Table& table_avx2() {
-  static const kernels::Table t = simd::level_table<LevelAvx2>(Isa::avx2);
+  static const kernels::Table t = simd::with_act_rows<Avx2>(simd::level_table<LevelAvx2>(Isa::avx2));
   return t;
 }
 

@@ -8,6 +8,7 @@
 #include "kernels/x86/simd_avx512.h"
 #include "kernels/simd/gemm_impl.h"
 #include "kernels/simd/rows_impl.h"
+#include "kernels/simd/act_impl.h"
 
 namespace moe::x86 {
 namespace {
@@ -18,7 +19,7 @@ using LevelAvx512 = Level<Avx512, TileShape<F32Step<Avx512>, 12, 2>, TileShape<W
 }  // namespace
 
 const kernels::Table& table_avx512() {
-  static const kernels::Table t = simd::level_table<LevelAvx512>(Isa::avx512);
+  static const kernels::Table t = simd::with_act_rows<Avx512>(simd::level_table<LevelAvx512>(Isa::avx512));
   return t;
 }
 

@@ -9,9 +9,10 @@
 #include "kernels/x86/target_avx512_bf16.h"
 
 #include "kernels/row_loops.h"
-#include "kernels/x86/simd_avx512.h"
+#include "kernels/x86/simd_avx512_bf16.h"
 #include "kernels/simd/gemm_impl.h"
 #include "kernels/simd/rows_impl.h"
+#include "kernels/simd/act_impl.h"
 
 namespace moe::x86 {
 namespace {
@@ -33,11 +34,12 @@ struct DpStep {
 };
 
 // f32 as at avx512; bf16 pairs on 6 x 4 vectors.
-using LevelAvx512Bf16 = Level<Avx512, TileShape<F32Step<Avx512>, 12, 2>, TileShape<DpStep, 6, 4>>;
+// Avx512Bf16: bf16 outputs rounded by VCVTNEPS2BF16 (simd_avx512_bf16.h).
+using LevelAvx512Bf16 = Level<Avx512Bf16, TileShape<F32Step<Avx512Bf16>, 12, 2>, TileShape<DpStep, 6, 4>>;
 }  // namespace
 
 const kernels::Table& table_avx512_bf16() {
-  static const kernels::Table t = simd::level_table<LevelAvx512Bf16>(Isa::avx512_bf16);
+  static const kernels::Table t = simd::with_act_rows<Avx512Bf16>(simd::level_table<LevelAvx512Bf16>(Isa::avx512_bf16));
   return t;
 }
 

@@ -29,6 +29,20 @@ struct Avx2 {
   static F add(F a, F b) { return _mm256_add_ps(a, b); }
   static F mul(F a, F b) { return _mm256_mul_ps(a, b); }
   static F fma(F a, F b, F c) { return _mm256_fmadd_ps(a, b, c); }  // a * b + c, one rounding
+  // The activation's lane operations (simd/act_impl.h).
+  static F sub(F a, F b) { return _mm256_sub_ps(a, b); }
+  static F div(F a, F b) { return _mm256_div_ps(a, b); }
+  static F neg(F a) { return _mm256_xor_ps(a, _mm256_set1_ps(-0.0f)); }
+  static F max_else(F a, F b) { return _mm256_max_ps(a, b); }  // a > b ? a : b (b if either is NaN)
+  static F min_else(F a, F b) { return _mm256_min_ps(a, b); }  // a < b ? a : b (b if either is NaN)
+  static F select_nonneg(F t, F a, F b) {                      // t >= 0 ? a : b
+    return _mm256_blendv_ps(b, a, _mm256_cmp_ps(t, _mm256_setzero_ps(), _CMP_GE_OQ));
+  }
+  static I trunc_i32(F a) { return _mm256_cvttps_epi32(a); }  // NaN, out of range: INT32_MIN
+  static F to_f(I a) { return _mm256_cvtepi32_ps(a); }
+  static F pow2(I n) {  // the bits (n + 127) << 23
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n, _mm256_set1_epi32(127)), 23));
+  }
 
   static F load(const float* p) { return _mm256_loadu_ps(p); }
   static F load_n(const float* p, int64_t n) {

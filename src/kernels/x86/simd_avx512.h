@@ -29,6 +29,20 @@ struct Avx512 {
   static F add(F a, F b) { return _mm512_add_ps(a, b); }
   static F mul(F a, F b) { return _mm512_mul_ps(a, b); }
   static F fma(F a, F b, F c) { return _mm512_fmadd_ps(a, b, c); }
+  // The activation's lane operations (simd/act_impl.h).
+  static F sub(F a, F b) { return _mm512_sub_ps(a, b); }
+  static F div(F a, F b) { return _mm512_div_ps(a, b); }
+  static F neg(F a) { return _mm512_xor_ps(a, _mm512_set1_ps(-0.0f)); }
+  static F max_else(F a, F b) { return _mm512_max_ps(a, b); }  // a > b ? a : b (b if either is NaN)
+  static F min_else(F a, F b) { return _mm512_min_ps(a, b); }  // a < b ? a : b (b if either is NaN)
+  static F select_nonneg(F t, F a, F b) {                      // t >= 0 ? a : b
+    return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(t, _mm512_setzero_ps(), _CMP_GE_OQ), b, a);
+  }
+  static I trunc_i32(F a) { return _mm512_cvttps_epi32(a); }  // NaN, out of range: INT32_MIN
+  static F to_f(I a) { return _mm512_cvtepi32_ps(a); }
+  static F pow2(I n) {  // the bits (n + 127) << 23
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(n, _mm512_set1_epi32(127)), 23));
+  }
 
   static F load(const float* p) { return _mm512_loadu_ps(p); }
   static F load_n(const float* p, int64_t n) { return _mm512_maskz_loadu_ps(first(n), p); }
