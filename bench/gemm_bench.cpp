@@ -7,7 +7,8 @@
 // Each case ends with `up.pair`: the up projection of separate wi_0 / wi_1 as one gmm_pair against
 // two gmm calls, and `up.dlhs.add`: its data gradient as gmm_dlhs + gmm_dlhs_add against two
 // gmm_dlhs into f32 and an add pass; alternated (the speedup, and whether the outputs are the same
-// bytes). GEMM_BENCH_OP=up.pair runs only these two comparisons.
+// bytes). GEMM_BENCH_OP=up.pair runs only these two comparisons; GEMM_BENCH_OP=act times the
+// gated activation (silu) of the case's rows, forward and backward, alone.
 // The dense baseline computes in the dtype our active kernel level computes in
 // (src/bench/dense_baseline.h): a bf16 case has an f32 baseline below avx512_bf16.
 // Each row: our median ms and GFLOP/s, the dense baseline's,
@@ -24,6 +25,7 @@
 #include <vector>
 
 #include "bench/dense_matmul_onednn.h"
+#include "kernels/activation.h"
 #include "kernels/grouped_gemm.h"
 #include "moe/error.h"
 #include "moe/isa.h"
@@ -161,6 +163,27 @@ void bench_pair(const FfnCase& c, const GroupLayout& g, const Tensor& xs, int re
               same ? "same bytes" : "OUTPUTS DIFFER");
 }
 
+// The FFN's gated activation (silu) over the case's rows, h [R, 2F] -> a [R, F] and the backward
+// da -> dh: medians of the reps after one untimed run, with the rows' bytes per ns.
+void bench_act(const FfnCase& c, int reps) {
+  const int64_t R = c.T * c.K, F = c.F;
+  const DType t = c.dtype;
+  Tensor h = filled(t, {R, 2 * F}, 11), da = filled(t, {R, F}, 12);
+  Tensor a = Tensor::empty(t, {R, F}), dh = Tensor::empty(t, {R, 2 * F});
+  auto fwd = [&] { gated_act_forward(Activation::silu, {h, 0, 2 * F}, {h, F, 2 * F}, R, F, a); };
+  auto bwd = [&] {
+    gated_act_backward(Activation::silu, {h, 0, 2 * F}, {h, F, 2 * F}, da, R, F, {dh, 0, 2 * F},
+                       {dh, F, 2 * F});
+  };
+  fwd(), bwd();
+  std::vector<double> f(size_t(std::max(reps, 1))), b(f.size());
+  for (size_t i = 0; i < f.size(); ++i) f[i] = time_ms(fwd), b[i] = time_ms(bwd);
+  const double es = double(dtype_size(t)), elems = double(R) * double(F);
+  std::printf("  %-12s %9.3f ms %6.1f GB/s | backward %9.3f ms %6.1f GB/s (median of %zu; %s, R=%ld F=%ld)\n",
+              "act.silu", median(f), 4 * elems * es / (median(f) * 1e6), median(b),
+              7 * elems * es / (median(b) * 1e6), f.size(), isa_name(active_isa()), long(R), long(F));
+}
+
 void bench_case(const FfnCase& c, int reps) {
   GroupLayout g = route(c);
   int64_t R = c.T * c.K, D = c.D, F = c.F, E = c.E;
@@ -189,6 +212,7 @@ void bench_case(const FfnCase& c, int reps) {
   double fwd_flops = 0, all_flops = 0;
   const char* only = std::getenv("GEMM_BENCH_OP");
   if (only && std::strcmp(only, "up.pair") == 0) return bench_pair(c, g, xs, reps);
+  if (only && std::strcmp(only, "act") == 0) return bench_act(c, reps);
   if (only) {  // one op alone (for a profiler): ours only, many reps
     for (const Op& op : ops)
       if (op.name == only) {
