@@ -666,7 +666,7 @@ Rates calibrate(const CalibrateOptions& o, Communicator& world) {
     const double R = double(L.T * L.K), D = double(L.D), F = double(L.F), E = double(L.E), T = double(L.T);
     const double b = double(dtype_size(L.dtype)), flops = 6 * R * D * F;
     GemmPoint g;
-    g.dtype = L.dtype, g.D = L.D, g.F = L.F, g.rows_per_expert = R / E;
+    g.dtype = L.dtype, g.D = L.D, g.F = L.F, g.experts = L.E, g.rows_per_expert = R / E;
     g.ffn_gflops = flops / need(t, "ffn") / 1e9;
     g.ffn_backward_gflops = flops / need(t, "ffn_backward") / 1e9;
     g.weight_grads_gflops = flops / need(t, "weight_grads") / 1e9;

@@ -10,7 +10,7 @@
 
 namespace moe::plan {
 
-GemmPoint Rates::ffn_at(DType dtype, int64_t D, int64_t F, double rows_per_expert) const {
+GemmPoint Rates::ffn_at(DType dtype, int64_t D, int64_t F, double rows_per_expert, int64_t experts) const {
   if (gemm.empty()) fail("plan rates: no \"gemm\" points (run moe plan --calibrate)");
   bool any_same = false;
   for (const GemmPoint& p : gemm) any_same |= p.dtype == dtype;
@@ -24,6 +24,17 @@ GemmPoint Rates::ffn_at(DType dtype, int64_t D, int64_t F, double rows_per_exper
     if ((p.dtype == dtype || !any_same) &&
         std::fabs(std::log(double(p.D * p.F) / double(D * F))) <= best + 1e-9)
       pts.push_back(p);
+  // Then the nearest expert count (log distance), where the query and the points name one: the
+  // calibration's shapes can share D·F (E = 8 and E = 128 at 1024 x 512) and at `amx_bf16` their
+  // rates at the same rows per expert differ by 1.5x (the weights of 128 experts come from DRAM), so
+  // interpolating over both shapes' points priced a rank with 4 experts at 32 rows each at the
+  // 128-expert point (docs/distributed.md, out/v85).
+  if (experts > 0 && std::all_of(pts.begin(), pts.end(), [](const GemmPoint& p) { return p.experts > 0; })) {
+    auto dist = [&](const GemmPoint& p) { return std::fabs(std::log(double(p.experts) / double(experts))); };
+    double nearest = 1e300;
+    for (const GemmPoint& p : pts) nearest = std::min(nearest, dist(p));
+    std::erase_if(pts, [&](const GemmPoint& p) { return dist(p) > nearest + 1e-9; });
+  }
   std::sort(pts.begin(), pts.end(),
             [](const GemmPoint& a, const GemmPoint& b) { return a.rows_per_expert < b.rows_per_expert; });
   const double m = std::max(rows_per_expert, 1e-9);
@@ -159,6 +170,7 @@ std::string rates_json(const Rates& r) {
                          {"ffn_backward_gflops", p.ffn_backward_gflops},
                          {"weight_grads_gflops", p.weight_grads_gflops}});
     if (p.pool_speedup > 0) j["gemm"].back()["pool_speedup"] = p.pool_speedup;
+    if (p.experts > 0) j["gemm"].back()["experts"] = p.experts;
   }
   j["router_gflops"] = r.router_gflops;
   j["router_backward_gflops"] = r.router_backward_gflops;
@@ -222,6 +234,7 @@ GemmPoint parse_point(const nlohmann::json& p, const std::string& where) {
   g.D = int64_t(positive(p, "D", where));
   g.F = int64_t(positive(p, "F", where));
   g.rows_per_expert = positive(p, "rows_per_expert", where);
+  g.experts = p.contains("experts") ? int64_t(positive(p, "experts", where)) : 0;  // optional (older files)
   g.ffn_gflops = positive(p, "ffn_gflops", where);
   g.ffn_backward_gflops = positive(p, "ffn_backward_gflops", where);
   g.weight_grads_gflops = positive(p, "weight_grads_gflops", where);

@@ -22,6 +22,9 @@ struct GemmPoint {
   // The whole step at Rates::pool_threads over one thread at this point (the median step of each,
   // alternated); 0: not measured (Rates::pool_speedup stands in).
   double pool_speedup = 0;
+  // Experts of the calibrated shape (0: not recorded, files before 2026-12-07): at the same rows per
+  // expert, many experts read more weight bytes per FLOP, which the fast levels feel (ffn_at).
+  int64_t experts = 0;
 };
 
 // What ranks sharing cores cost each collective (measured by `moe plan --calibrate` under
@@ -100,7 +103,7 @@ struct Rates {
 
   // The point's GFLOP/s for (dtype, D, F, rows per expert): the nearest calibrated D·F of that
   // dtype (else any dtype), interpolated in log(rows per expert), clamped at the ends.
-  GemmPoint ffn_at(DType dtype, int64_t D, int64_t F, double rows_per_expert) const;
+  GemmPoint ffn_at(DType dtype, int64_t D, int64_t F, double rows_per_expert, int64_t experts = 0) const;
   // Relative speed of a rank with `cores` cores running `threads` pool threads: cores below 1 are
   // time slices; above, each extra thread adds (speedup-1)/(pool_threads-1), speedup = `at`'s
   // pool_speedup where it was measured, else the file's pool_speedup.

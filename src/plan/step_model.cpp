@@ -256,7 +256,7 @@ struct Step {
           double extra, double cpu) {
     return sim.collective(beside(off, g), name, term, cost, extra, cpu);
   }
-  GemmPoint gemm(double rows_per_expert) const { return r.ffn_at(L.dtype, L.D, L.F, rows_per_expert); }
+  GemmPoint gemm(double rows_per_expert) const { return r.ffn_at(L.dtype, L.D, L.F, rows_per_expert, El); }
   // Rows this rank's experts compute in chunk c, and over the step (LayerShape::busiest_*: the
   // slowest rank's; else uniform routing, Rc per chunk).
   bool routed() const { return int64_t(L.busiest_chunk_rows.size()) == n && lay.expert > 1; }
@@ -369,7 +369,7 @@ Step make_step(const LayerShape& L, const Layout& lay, const Cluster& cl, const 
   s.Rc = s.Tc * L.K;
   // The pool's speedup at the step's rows per expert; ranks sharing cores also slow each other's
   // compute (rates.h, Contention::compute_slowdown).
-  const GemmPoint at = r.ffn_at(L.dtype, L.D, L.F, double(s.Rc) / double(s.El));
+  const GemmPoint at = r.ffn_at(L.dtype, L.D, L.F, double(s.Rc) / double(s.El), s.El);
   s.speed = r.speed(core_share(cl.cores_per_rank(), others_busy), threads, &at) /
             compute_slowdown(L, lay, cl, r, o, others_busy);
   return s;

@@ -1025,6 +1025,31 @@ TEST(PlanRanking, SortedAndExplained) {
   EXPECT_EQ(rank_layouts(L, Cluster{}, r, {Layout{}}).size(), 1u);
 }
 
+// Two calibrated shapes of one D·F (E = 8 and E = 128, as `moe plan --calibrate`'s defaults), the
+// many-experts one slower at the same rows per expert (weights from DRAM): a rank's experts pick their
+// nearest shape's points (log distance), interpolated in rows per expert within it; without the
+// expert counts (older files, or a query without one) every point of the D·F as before.
+TEST(PlanRates, NearestExpertCountPicksItsShapesPoints) {
+  Rates r = round_rates();
+  auto point = [](int64_t E, double rows, double gflops) {
+    GemmPoint p{DType::bf16, 1024, 512, rows, gflops, gflops, gflops};
+    p.experts = E;
+    return p;
+  };
+  r.gemm = {point(8, 16, 172), point(8, 64, 470), point(8, 256, 713),
+            point(128, 2, 18), point(128, 8, 62), point(128, 32, 210)};
+  EXPECT_NEAR(r.ffn_at(DType::bf16, 1024, 512, 32, 4).ffn_gflops, 321, 1e-9);    // E=8's, halfway 16..64
+  EXPECT_NEAR(r.ffn_at(DType::bf16, 1024, 512, 32, 100).ffn_gflops, 210, 1e-9);  // E=128's point
+  EXPECT_NEAR(r.ffn_at(DType::bf16, 1024, 512, 4, 64).ffn_gflops, 40, 1e-9);     // E=128's, halfway 2..8
+  EXPECT_NEAR(r.ffn_at(DType::bf16, 1024, 512, 4, 8).ffn_gflops, 172, 1e-9);     // E=8's, clamped
+  EXPECT_NEAR(r.ffn_at(DType::bf16, 1024, 512, 32).ffn_gflops, 210, 1e-9);       // no count: every point
+  const Rates back = parse_rates(rates_json(r), "mem");
+  ASSERT_EQ(back.gemm.size(), 6u);
+  EXPECT_EQ(back.gemm[3].experts, 128);
+  r.gemm[5].experts = 0;  // a point without its count: the D·F's points all stand, as before
+  EXPECT_NEAR(r.ffn_at(DType::bf16, 1024, 512, 32, 4).ffn_gflops, 210, 1e-9);
+}
+
 TEST(PlanRates, InterpolatesInRowsPerExpertAndRoundTrips) {
   Rates r = round_rates();
   r.gemm = {{DType::bf16, 64, 32, 10, 10, 20, 30}, {DType::bf16, 64, 32, 1000, 30, 40, 50}};
