@@ -173,7 +173,7 @@ TEST_P(RowOps, CastToBf16IsToBf16ForEveryExponent) {
     std::memcpy(&x, &b, 4);
     f.push_back(x);
   }
-  for (int64_t n : {int64_t(f.size()), int64_t(1), int64_t(15), int64_t(17), int64_t(33)}) {
+  for (int64_t n : {int64_t(f.size()) - 3, int64_t(1), int64_t(15), int64_t(17), int64_t(33)}) {  // from f[3]
     std::vector<bf16> out(static_cast<size_t>(n));
     kernels::table().f32_to_bf16(f.data() + 3, out.data(), n);
     for (int64_t i = 0; i < n; ++i)
