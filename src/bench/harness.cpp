@@ -145,6 +145,7 @@ void run_variant(CaseRun& run, const Variant& v, std::vector<BenchResult>& rows,
     if (summarize(again.dense_ms).median_ms < summarize(p.dense_ms).median_ms) p = std::move(again);
   }
   const bool still_slow = slow_phase(p.dense_ms, run.dense_reference_ms);
+  const double kept_dense_ms = summarize(p.dense_ms).median_ms;
   std::string note;
   if (retimed > 0 || still_slow) {
     std::ostringstream os;
@@ -153,11 +154,11 @@ void run_variant(CaseRun& run, const Variant& v, std::vector<BenchResult>& rows,
        << run.dense_reference_ms / first_dense_ms
        << " of the case's reference rate (a slow phase of the machine); timed " << retimed << " more time"
        << (retimed == 1 ? "" : "s") << ", the attempt with the fastest dense runs kept ("
-       << run.dense_reference_ms / summarize(p.dense_ms).median_ms << " of the reference)"
+       << run.dense_reference_ms / kept_dense_ms << " of the reference)"
        << (still_slow ? ", still slow: its fraction_of_dense overstates the layer" : "");
     note = os.str();
   }
-  run.dense_reference_ms = std::min(run.dense_reference_ms, summarize(p.dense_ms).median_ms);
+  run.dense_reference_ms = std::min(run.dense_reference_ms, kept_dense_ms);
   const int64_t inputs = step_input_bytes(cfg, w, run.in);
   for (bool with_bwd : {false, true}) {
     BenchResult r = make_row(run, v, with_bwd, with_bwd ? p.fwd_bwd_ms : p.fwd_ms, p.dense_ms,

@@ -10,31 +10,33 @@
 
 namespace moe::plan {
 
+namespace {
+// Keeps the points nearest by log distance of key(point) to `want` (every point at that distance).
+template <class Key>
+void keep_nearest(std::vector<GemmPoint>& pts, double want, Key key) {
+  auto dist = [&](const GemmPoint& p) { return std::fabs(std::log(key(p) / want)); };
+  double nearest = 1e300;
+  for (const GemmPoint& p : pts) nearest = std::min(nearest, dist(p));
+  std::erase_if(pts, [&](const GemmPoint& p) { return dist(p) > nearest + 1e-9; });
+}
+}  // namespace
+
 GemmPoint Rates::ffn_at(DType dtype, int64_t D, int64_t F, double rows_per_expert, int64_t experts) const {
   if (gemm.empty()) fail("plan rates: no \"gemm\" points (run moe plan --calibrate)");
   bool any_same = false;
   for (const GemmPoint& p : gemm) any_same |= p.dtype == dtype;
-  // Nearest size D·F (log distance) among the points of the dtype.
-  double best = 1e300;
-  for (const GemmPoint& p : gemm)
-    if (p.dtype == dtype || !any_same)
-      best = std::min(best, std::fabs(std::log(double(p.D * p.F) / double(D * F))));
   std::vector<GemmPoint> pts;
   for (const GemmPoint& p : gemm)
-    if ((p.dtype == dtype || !any_same) &&
-        std::fabs(std::log(double(p.D * p.F) / double(D * F))) <= best + 1e-9)
-      pts.push_back(p);
-  // Then the nearest expert count (log distance), where the query and the points name one: the
-  // calibration's shapes can share D·F (E = 8 and E = 128 at 1024 x 512) and at `amx_bf16` their
-  // rates at the same rows per expert differ by 1.5x (the weights of 128 experts come from DRAM), so
+    if (p.dtype == dtype || !any_same) pts.push_back(p);
+  // The nearest size D·F among the points of the dtype.
+  keep_nearest(pts, double(D * F), [](const GemmPoint& p) { return double(p.D * p.F); });
+  // Then the nearest expert count, where the query and the points name one: the calibration's
+  // shapes can share D·F (E = 8 and E = 128 at 1024 x 512) and at `amx_bf16` their rates at the
+  // same rows per expert differ by 1.5x (the weights of 128 experts come from DRAM), so
   // interpolating over both shapes' points priced a rank with 4 experts at 32 rows each at the
   // 128-expert point (docs/distributed.md, out/v85).
-  if (experts > 0 && std::all_of(pts.begin(), pts.end(), [](const GemmPoint& p) { return p.experts > 0; })) {
-    auto dist = [&](const GemmPoint& p) { return std::fabs(std::log(double(p.experts) / double(experts))); };
-    double nearest = 1e300;
-    for (const GemmPoint& p : pts) nearest = std::min(nearest, dist(p));
-    std::erase_if(pts, [&](const GemmPoint& p) { return dist(p) > nearest + 1e-9; });
-  }
+  if (experts > 0 && std::all_of(pts.begin(), pts.end(), [](const GemmPoint& p) { return p.experts > 0; }))
+    keep_nearest(pts, double(experts), [](const GemmPoint& p) { return double(p.experts); });
   std::sort(pts.begin(), pts.end(),
             [](const GemmPoint& a, const GemmPoint& b) { return a.rows_per_expert < b.rows_per_expert; });
   const double m = std::max(rows_per_expert, 1e-9);
