@@ -83,6 +83,12 @@ struct LayerGrads {
 LayerForwardPtr layer_forward(const Config& cfg, const LayerWeights& w, const Tensor& x,
                               const Tensor* forced_idx, LayerOutputs& out, StepTrace* trace = nullptr);
 
+// Whether layer_forward leaves the permuted rows xs [T*K, D] unwritten at the active kernel level:
+// the fused permute kernel, and a level whose GEMMs read x's rows through the permute's index as
+// they copy their operand (amx_bf16, bf16; SPEC.md section 4). The saved tensors then hold that
+// index (i32 [T*K]) instead of xs. (The fused permute's own preconditions, R < 2^31, aside.)
+bool layer_permutes_in_gemm(const Config& cfg);
+
 // The incoming gradients of the two (weighted) aux losses: the backward computes the gradient of
 // load_balance * lb + z_loss * z, so an autograd caller passes its cotangents (0 when a loss is
 // unused). The default (1, 1) is the plain sum; bit for bit the same as before the cotangents.

@@ -44,6 +44,8 @@ struct StepMinimum {
 
 // tokens: T of the step; x_dtype / dy_dtype: the dtypes the caller passes x and dy in; router_dtype:
 // the stored router's dtype. Routed rows: T * K (dropless; capacity drops only lower them).
+// One layer_forward + layer_backward on one process at the active kernel level: the permuted rows
+// xs count as saved unless the level's GEMMs gather them (layer_permutes_in_gemm: the index instead).
 StepMinimum step_minimum(const Config& c, int64_t tokens, DType x_dtype, DType router_dtype = DType::f32);
 
 // moe train's step on one rank (num_layers blocks, tokens of this rank): f32 parameters (router,

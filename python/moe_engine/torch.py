@@ -355,7 +355,8 @@ class MoELayer(_torch.nn.Module):
         """{term: bytes} that one forward + backward of `tokens` tokens given in x_dtype cannot do
         without (the engine's step_minimum, docs/architecture.md "Memory of one step"): 'weights'
         (the stored weights), 'weight_copies' (their compute-dtype copies), 'gradients' (f32),
-        'saved' (what the backward reads), 'io' (x, dy, y, dx) and 'total'. The compute dtype is the
+        'saved' (what the backward reads; the permuted rows xs, or only their index where
+        permutes_in_gemm), 'io' (x, dy, y, dx) and 'total'. The compute dtype is the
         layer's (or x_dtype's when the layer computes in each input's dtype). Single-process layer
         only: a distributed rank's estimate is `moe validate`'s (docs/config.md)."""
         if self.distributed:
@@ -365,6 +366,16 @@ class MoELayer(_torch.nn.Module):
             raise MoeError(f"MoELayer.step_memory_minimum: x_dtype: expected {_ALLOWED}, got {x_dtype}")
         compute = self._dtype if self._dtype is not None else x_dtype
         return self._engine_for(compute).step_minimum(int(tokens), _DTYPES[x_dtype])
+
+    def permutes_in_gemm(self, x_dtype=_torch.float32):
+        """True where this machine's kernel level runs the permute inside the expert GEMMs for inputs of
+        x_dtype (the fused permute kernel, `amx_bf16`, bf16 compute): the permuted rows [T*K, D] are
+        never written, and the step keeps their int32 index instead (docs/architecture.md, "The
+        permute inside the GEMMs"). The results are the same bits either way."""
+        if x_dtype not in _DTYPES:
+            raise MoeError(f"MoELayer.permutes_in_gemm: x_dtype: expected {_ALLOWED}, got {x_dtype}")
+        compute = self._dtype if self._dtype is not None else x_dtype
+        return self._engine_for(compute).permutes_in_gemm()
 
     def _apply(self, fn, *args, **kwargs):
         # .to(dtype), .float(), .bfloat16(), .double(), .half(): convert the parameters and make the

@@ -11,6 +11,7 @@
 #include "interop.h"
 #include "moe/dtype.h"
 #include "moe/error.h"
+#include "moe/layer.h"
 #include "moe/memory_estimate.h"
 #include "moe/thread_pool.h"
 
@@ -221,5 +222,10 @@ PYBIND11_MODULE(_moe_engine, m) {
           py::arg("tokens"), py::arg("x_dtype"),
           "{term: bytes} that one forward + backward of `tokens` tokens cannot do without on one process "
           "(step_minimum, docs/architecture.md 'Memory of one step'): weights, weight_copies, gradients, "
-          "saved, io and their total.");
+          "saved, io and their total.")
+      .def(
+          "permutes_in_gemm", [](const EngineLayer& l) { return layer_permutes_in_gemm(l.config()); },
+          "True where the kernel level's GEMMs gather the permuted rows themselves (the fused permute, "
+          "amx_bf16, "
+          "bf16): xs [T*K, D] is never written, and the saved tensors hold its i32 index instead.");
 }

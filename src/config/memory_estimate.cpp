@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "moe/dtype.h"
+#include "moe/layer.h"
 
 namespace moe {
 namespace {
@@ -75,7 +76,9 @@ std::string StepMinimum::describe() const {
          (optimizer > 0 ? " + optimizer/teacher " + mib(optimizer) : std::string()) + " = " + mib(total());
 }
 
-StepMinimum step_minimum(const Config& c, int64_t tokens, DType x_dtype, DType router_dtype) {
+namespace {
+// xs_written: the permuted rows xs are saved (else the permute's index, layer_permutes_in_gemm).
+StepMinimum minimum_of(const Config& c, int64_t tokens, DType x_dtype, DType router_dtype, bool xs_written) {
   StepMinimum m;
   const LD T = LD(std::max<int64_t>(tokens, 0)), K = LD(c.num_experts_per_tok), E = LD(c.num_experts),
            D = LD(c.emb_dim), F = LD(c.moe_mlp_dim);
@@ -89,14 +92,19 @@ StepMinimum step_minimum(const Config& c, int64_t tokens, DType x_dtype, DType r
       (sw != s || c.weight_dtype != c.dtype ? experts * s : 0) + (router_dtype != DType::f32 ? E * D * 4 : 0);
   m.gradients = (experts + E * D) * 4;
   // The router's f32 input (x itself when x is f32 and the compute dtype is f32), logits and scores,
-  // top-k ids, scores and weights; the permuted rows xs, the up projection h [R, 2F], the gated a
-  // [R, F] and the expert outputs ys [R, D].
+  // top-k ids, scores and weights; the permuted rows xs (or their index), the up projection h [R, 2F],
+  // the gated a [R, F] and the expert outputs ys [R, D].
   const bool x_is_router_input = x_dtype == DType::f32 && c.dtype == DType::f32;
-  m.saved = (x_is_router_input ? 0 : T * D * 4) + 2 * T * E * 4 + 3 * T * K * 4 + R * D * s + R * 2 * F * s +
-            R * F * s + R * D * s;
+  m.saved = (x_is_router_input ? 0 : T * D * 4) + 2 * T * E * 4 + 3 * T * K * 4 +
+            (xs_written ? R * D * s : R * 4) + R * 2 * F * s + R * F * s + R * D * s;
   // x and dy as given, y in the compute dtype, dx (f32).
   m.step_io = T * D * sx * 2 + T * D * s + T * D * 4;
   return m;
+}
+}  // namespace
+
+StepMinimum step_minimum(const Config& c, int64_t tokens, DType x_dtype, DType router_dtype) {
+  return minimum_of(c, tokens, x_dtype, router_dtype, !layer_permutes_in_gemm(c));
 }
 
 uint64_t physical_memory_bytes() {
@@ -188,7 +196,8 @@ StepMinimum train_step_minimum(const Config& c, int64_t tokens, int64_t ranks) {
   Config local = c;
   local.num_experts = int64_t(std::ceil(LD(c.num_experts) / LD(ax.expert)));  // this rank's experts
   local.weight_dtype = DType::f32;                                            // the f32 parameters
-  const StepMinimum one = step_minimum(local, tokens, DType::f32, DType::f32);
+  // The distributed layer's steps (moe train) always write xs (its rows go through the all-to-alls).
+  const StepMinimum one = minimum_of(local, tokens, DType::f32, DType::f32, true);
   const LD L = LD(std::max<int64_t>(c.num_layers, 1)), T = LD(std::max<int64_t>(tokens, 0)),
            D = LD(c.emb_dim);
   StepMinimum m;
@@ -197,7 +206,7 @@ StepMinimum train_step_minimum(const Config& c, int64_t tokens, int64_t ranks) {
   m.gradients = L * (one.gradients + D * 4);
   // Every layer's saved tensors (router scores etc. use the full E: the router is replicated) and its
   // norm's input, f32 output and 1/rms (src/train/rmsnorm.cpp).
-  m.saved = L * (step_minimum(c, tokens, DType::f32).saved + 2 * T * D * 4 + T * 4);
+  m.saved = L * (minimum_of(c, tokens, DType::f32, DType::f32, true).saved + 2 * T * D * 4 + T * 4);
   m.step_io = 4 * T * D * 4;    // the inputs, the teacher's target, the residual stream, the loss gradient
   m.optimizer = 3 * m.weights;  // AdamW m and v, the teacher
   m.comm = estimate_memory(c, tokens, ranks, true).buffers;

@@ -42,16 +42,17 @@ std::vector<Segment> merge_order(const std::vector<Chunk>& chunks, std::vector<i
   return segs;
 }
 
-// Concatenates the segments' rows of one field into one tensor.
+// Concatenates the segments' rows of one field (field(keep) is that field's tensor) into one tensor.
+template <class Field>
 Tensor merge_rows(const std::vector<FfnGradInputs>& keeps, const std::vector<Segment>& segs, int64_t total,
-                  Tensor FfnGradInputs::*field) {
-  const Tensor& first = keeps[0].*field;
+                  Field field) {
+  const Tensor& first = field(keeps[0]);
   if (!first.defined() || first.ndim() != 2) return Tensor();
   Tensor out(first.dtype(), {total, first.dim(1)});
   const size_t rb = size_t(first.dim(1)) * dtype_size(first.dtype());
   size_t pos = 0;
   for (const Segment& s : segs) {
-    const Tensor& src = keeps[s.chunk].*field;
+    const Tensor& src = field(keeps[s.chunk]);
     std::memcpy(static_cast<std::byte*>(out.raw()) + pos,
                 static_cast<const std::byte*>(src.raw()) + size_t(s.begin) * rb, size_t(s.rows) * rb);
     pos += size_t(s.rows) * rb;
@@ -102,9 +103,15 @@ LayerGrads DistLayer::backward(const DistForward& f, const Tensor& dy_in, const 
       std::vector<int64_t> sizes;
       std::vector<Segment> segs = merge_order(f.chunks, sizes);
       groups = GroupLayout::from_sizes(sizes);
-      for (auto field : {&FfnGradInputs::xs, &FfnGradInputs::a, &FfnGradInputs::dys, &FfnGradInputs::dh,
-                         &FfnGradInputs::dh0, &FfnGradInputs::dh1})
-        rows.*field = merge_rows(keeps, segs, groups.total(), field);
+      // The chunks' rows came through the all-to-alls: xs is materialized (never a gathered lhs).
+      rows.xs = merge_rows(keeps, segs, groups.total(), [](const FfnGradInputs& k) -> const Tensor& {
+        MOE_ASSERT(!k.xs.gathered(), "dist backward: a chunk's xs is a gathered lhs");
+        return k.xs.src;
+      });
+      for (auto field : {&FfnGradInputs::a, &FfnGradInputs::dys, &FfnGradInputs::dh, &FfnGradInputs::dh0,
+                         &FfnGradInputs::dh1})
+        rows.*field = merge_rows(keeps, segs, groups.total(),
+                                 [field](const FfnGradInputs& k) -> const Tensor& { return k.*field; });
     };
     if (!early) {
       ex.compute("weight_grads", [&] { merge(), ffn_weight_grads(f.ffn, rows, groups, needed); });

@@ -28,6 +28,20 @@ using DlhsSumFn = void (*)(const Tensor&, const Tensor&, const Tensor&, const Te
 using DrhsPairFn = void (*)(const Tensor&, const Tensor&, const Tensor&, const GroupLayout&, int64_t, Tensor&,
                             Tensor&, bool);
 
+// Kernels reading a gathered lhs (grouped_gemm.h, Lhs: row r = src[index[r]], index i32 [M]), bf16
+// inputs only; the same contracts and bits as the table's ops on the materialized rows.
+struct GatherTable {
+  void (*gmm)(const Tensor& src, const Tensor& index, const Tensor& rhs, const GroupLayout&, int64_t,
+              Tensor& out);
+  void (*gmm_pair)(const Tensor& src, const Tensor& index, const Tensor& rhs0, const Tensor& rhs1,
+                   const GroupLayout&, int64_t, Tensor& out);
+  // gmm_drhs, or gmm_drhs_acc when accumulating.
+  void (*gmm_drhs)(const Tensor& src, const Tensor& index, const Tensor& dout, const GroupLayout&, int64_t,
+                   Tensor& drhs, bool accumulate);
+  void (*gmm_drhs_pair)(const Tensor& src, const Tensor& index, const Tensor& dout0, const Tensor& dout1,
+                        const GroupLayout&, int64_t, Tensor& out0, Tensor& out1, bool accumulate);
+};
+
 // The per-step constants of one AdamW update (train/optimizer.h has the formula).
 struct AdamWStep {
   float b1, a1, b2, a2;  // beta1, 1 - beta1, beta2, 1 - beta2
@@ -48,6 +62,8 @@ struct Table {
   DrhsPairFn gmm_drhs_pair = nullptr;
   // gmm_dlhs_sum; null: gmm_dlhs into an f32 partial, then gmm_dlhs_add (dlhs_sum_by_calls).
   DlhsSumFn gmm_dlhs_sum = nullptr;
+  // The gathered-lhs kernels; null: the entry points materialize the rows for the call.
+  const GatherTable* gather = nullptr;
   // Row primitives (kernels/row_ops.h has their contracts).
   void (*weighted_sum_bb)(const float*, const bf16* const*, int64_t, bf16*, int64_t, const bf16* const*);
   void (*weighted_sum_bf)(const float*, const bf16* const*, int64_t, float*, int64_t, const bf16* const*);

@@ -36,9 +36,32 @@
 
 namespace moe {
 
+// The lhs of gmm, gmm_pair and the weight gradients: a tensor [M, Kc], or its rows read through an
+// index, row r = src[index[r]] (index i32 [M], each in [0, src rows)): the fused permute's gather
+// done by the GEMM as it copies its operand, so the sorted rows xs [M, Kc] are never written
+// (SPEC.md section 4). Every op gives a gathered lhs the bits of the same rows materialized; a level
+// without a gathering kernel (gathers_lhs) materializes them for the call.
+struct Lhs {
+  Lhs() = default;
+  Lhs(const Tensor& rows) : src(rows) {}  // NOLINT: a plain tensor is an lhs
+  Lhs(const Tensor& src_rows, const Tensor& row_index) : src(src_rows), index(row_index), gather(true) {}
+  Tensor src, index;
+  bool gather = false;
+  bool gathered() const { return gather; }
+  int64_t rows() const { return gather ? index.dim(0) : src.dim(0); }
+  int64_t cols() const { return src.dim(1); }
+  DType dtype() const { return src.dtype(); }
+  // The rows themselves: src, or a fresh [M, Kc] tensor of src's gathered rows.
+  Tensor materialized() const;
+};
+
+// Whether the active level reads a gathered lhs of `dtype` in its kernels (else each call materializes
+// it, and a caller that keeps the rows for a later op is better off materializing them once).
+bool gathers_lhs(DType dtype);
+
 // out[M, N] (rows of local groups) = lhs[M, Kc] @ rhs[g - group_offset]  rhs: [n_local, Kc, N]
 // out dtype: f32 or the lhs dtype.
-void gmm(const Tensor& lhs, const Tensor& rhs, const GroupLayout& groups, int64_t group_offset, Tensor& out);
+void gmm(const Lhs& lhs, const Tensor& rhs, const GroupLayout& groups, int64_t group_offset, Tensor& out);
 
 // Two products of one lhs side by side (the up projection with separate wi_0 / wi_1):
 // out[M, N0 + N1] (rows of local groups): columns [0, N0) = lhs @ rhs0[g], columns [N0, N0 + N1) =
@@ -46,7 +69,7 @@ void gmm(const Tensor& lhs, const Tensor& rhs, const GroupLayout& groups, int64_
 // it (a column's bits depend only on its row of lhs, its column of weights and Kc), so the result is
 // bit for bit that of gmm(lhs, rhs0) and gmm(lhs, rhs1) written into the two column windows; lhs is
 // read (and at avx2 widened) once for both.
-void gmm_pair(const Tensor& lhs, const Tensor& rhs0, const Tensor& rhs1, const GroupLayout& groups,
+void gmm_pair(const Lhs& lhs, const Tensor& rhs0, const Tensor& rhs1, const GroupLayout& groups,
               int64_t group_offset, Tensor& out);
 
 // dlhs[M, Kc] (rows of local groups) = dout[M, N] @ rhs[g]^T, reading rhs [n_local, Kc, N] transposed in place.
@@ -62,13 +85,13 @@ void gmm_dlhs_add(const Tensor& dout, const Tensor& rhs, const GroupLayout& grou
                   const Tensor& addend, Tensor& dlhs);
 
 // drhs[n_local, Kc, N] (f32) = for each local group g: lhs[rows g]^T @ dout[rows g]; zero for an empty group.
-void gmm_drhs(const Tensor& lhs, const Tensor& dout, const GroupLayout& groups, int64_t group_offset,
+void gmm_drhs(const Lhs& lhs, const Tensor& dout, const GroupLayout& groups, int64_t group_offset,
               Tensor& drhs);
 
 // Gradient accumulation in place: acc[n_local, Kc, N] (f32) := acc + gmm_drhs's product, element by
 // element one f32 addition of the whole chain (bit for bit gmm_drhs into a scratch, then added), so
 // an empty group adds +0. f32 or bf16 inputs.
-void gmm_drhs_acc(const Tensor& lhs, const Tensor& dout, const GroupLayout& groups, int64_t group_offset,
+void gmm_drhs_acc(const Lhs& lhs, const Tensor& dout, const GroupLayout& groups, int64_t group_offset,
                   Tensor& acc);
 
 // The separate layout's data gradient: dlhs = round(p0 + p1) with p0 = dout0 @ rhs0[g]^T and p1 =
@@ -80,7 +103,7 @@ void gmm_dlhs_sum(const Tensor& dout0, const Tensor& rhs0, const Tensor& dout1, 
 // The weight gradients of one lhs against two douts (the separate wi_0 / wi_1 layout): out0 from
 // dout0, out1 from dout1, as gmm_drhs (accumulate: gmm_drhs_acc) would write them, bit for bit;
 // a level that copies lhs^T copies it once for both.
-void gmm_drhs_pair(const Tensor& lhs, const Tensor& dout0, const Tensor& dout1, const GroupLayout& groups,
+void gmm_drhs_pair(const Lhs& lhs, const Tensor& dout0, const Tensor& dout1, const GroupLayout& groups,
                    int64_t group_offset, Tensor& out0, Tensor& out1, bool accumulate);
 
 namespace reference {

@@ -10,15 +10,15 @@
 namespace moe::detail {
 
 // Argument checks of each op; throw moe::Error naming the op.
-void check_gmm(const Tensor& lhs, const Tensor& rhs, const GroupLayout& groups, int64_t group_offset,
+void check_gmm(const Lhs& lhs, const Tensor& rhs, const GroupLayout& groups, int64_t group_offset,
                const Tensor& out);
-void check_gmm_pair(const Tensor& lhs, const Tensor& rhs0, const Tensor& rhs1, const GroupLayout& groups,
+void check_gmm_pair(const Lhs& lhs, const Tensor& rhs0, const Tensor& rhs1, const GroupLayout& groups,
                     int64_t group_offset, const Tensor& out);
 void check_gmm_dlhs(const Tensor& dout, const Tensor& rhs, const GroupLayout& groups, int64_t group_offset,
                     const Tensor& dlhs);
 void check_gmm_dlhs_add(const Tensor& dout, const Tensor& rhs, const GroupLayout& groups,
                         int64_t group_offset, const Tensor& addend, const Tensor& dlhs);
-void check_gmm_drhs(const Tensor& lhs, const Tensor& dout, const GroupLayout& groups, int64_t group_offset,
+void check_gmm_drhs(const Lhs& lhs, const Tensor& dout, const GroupLayout& groups, int64_t group_offset,
                     const Tensor& drhs);
 
 // Test hook: while true, the fast levels' gmm and gmm_dlhs take the panel

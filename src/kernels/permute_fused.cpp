@@ -3,6 +3,7 @@
 #include <mutex>
 #include <vector>
 
+#include "kernels/grouped_gemm.h"
 #include "kernels/permute.h"
 #include "kernels/row_ops.h"
 #include "moe/thread_pool.h"
@@ -51,6 +52,18 @@ bool permute_supported(DType dtype, const Routing& rt) {
 void permute(const Tensor& x, const Routing& rt, Tensor& xs) {
   expect_shape(xs, {rt.rows(), x.dim(1)}, "[fused permute] xs");
   x.dtype() == DType::bf16 ? gather_rows<bf16>(x, rt, xs) : gather_rows<float>(x, rt, xs);
+}
+
+bool permute_in_gemm(DType dtype, const Routing& rt) {
+  return permute_supported(dtype, rt) && gathers_lhs(dtype);
+}
+
+Tensor permute_index(const Routing& rt) {
+  Tensor ix = Tensor::empty(DType::i32, {rt.rows()});
+  int32_t* p = ix.data<int32_t>();
+  const int32_t K = int32_t(rt.top_k);
+  for (int64_t r = 0; r < rt.rows(); ++r) p[r] = rt.order[size_t(r)] / K;
+  return ix;
 }
 
 // dx [T, D] f32 = sum_k dxs[inv[t*K+k]]

@@ -37,7 +37,7 @@ std::pair<Tensor, Tensor> halves(const Tensor& t) {
 
 // Up projection with the fused weight: one grouped GEMM, or in the split
 // layout two chained ones (experts [0, E/2) then [E/2, E)) into the same h.
-void up_fused(const FfnWeights& w, const Tensor& xs, const GroupLayout& g, Tensor& h) {
+void up_fused(const FfnWeights& w, const Lhs& xs, const GroupLayout& g, Tensor& h) {
   if (!w.split) {
     w.ready(FfnPart::up);
     return gmm(xs, w.wi, g, 0, h);
@@ -55,7 +55,7 @@ void dlhs_fused(const FfnWeights& w, const Tensor& dh, const GroupLayout& g, Ten
 }
 
 // Each half's gradient is produced directly into its slice of dwi [E, D, 2F].
-void drhs_fused(const FfnWeights& w, const Tensor& xs, const Tensor& dh, const GroupLayout& g, Tensor& dwi) {
+void drhs_fused(const FfnWeights& w, const Lhs& xs, const Tensor& dh, const GroupLayout& g, Tensor& dwi) {
   if (!w.split) return gmm_drhs(xs, dh, g, 0, dwi);
   auto [lo, hi] = halves(dwi);
   gmm_drhs(xs, dh, g, 0, lo);
@@ -77,8 +77,8 @@ Tensor rows_tensor(DType dt, int64_t R, int64_t C, int64_t valid) {
 
 }  // namespace
 
-FfnActivations ffn_forward(const Config& cfg, const FfnWeights& w, const Tensor& xs, const GroupLayout& g) {
-  const int64_t R = xs.dim(0), F = cfg.moe_mlp_dim, D = cfg.emb_dim;
+FfnActivations ffn_forward(const Config& cfg, const FfnWeights& w, const Lhs& xs, const GroupLayout& g) {
+  const int64_t R = xs.rows(), F = cfg.moe_mlp_dim, D = cfg.emb_dim;
   const DType dt = cfg.dtype;
   FfnActivations act;
   const int64_t valid = local_rows(w, g);
@@ -104,10 +104,10 @@ FfnActivations ffn_forward(const Config& cfg, const FfnWeights& w, const Tensor&
   return act;
 }
 
-Tensor ffn_backward_data(const Config& cfg, const FfnWeights& w, const Tensor& xs, const FfnActivations& act,
+Tensor ffn_backward_data(const Config& cfg, const FfnWeights& w, const Lhs& xs, const FfnActivations& act,
                          const Tensor& dys, const GroupLayout& g, FfnGradInputs& keep,
                          const FfnRelease& rel) {
-  const int64_t R = xs.dim(0), F = cfg.moe_mlp_dim, D = cfg.emb_dim;
+  const int64_t R = xs.rows(), F = cfg.moe_mlp_dim, D = cfg.emb_dim;
   const DType dt = cfg.dtype;
   const int64_t rows = local_rows(w, g);
   keep.xs = xs;
@@ -175,7 +175,7 @@ void ffn_weight_grads_into(const FfnWeights& w, FfnGradInputs& in, const GroupLa
     if (!accumulate) grads.wi_0 = Tensor::empty(acc, {El, D, F}), grads.wi_1 = Tensor::empty(acc, {El, D, F});
     gmm_drhs_pair(in.xs, in.dh0, in.dh1, g, 0, grads.wi_0, grads.wi_1, accumulate);
   }
-  if (release) in.xs = in.dh = in.dh0 = in.dh1 = Tensor();
+  if (release) in.xs = Lhs(), in.dh = in.dh0 = in.dh1 = Tensor();
 }
 
 void ffn_weight_grads(const FfnWeights& w, const FfnGradInputs& in, const GroupLayout& g,
@@ -184,7 +184,7 @@ void ffn_weight_grads(const FfnWeights& w, const FfnGradInputs& in, const GroupL
   ffn_weight_grads_into(w, rows, g, grads, /*accumulate=*/false, /*release=*/false, part);
 }
 
-Tensor ffn_backward(const Config& cfg, const FfnWeights& w, const Tensor& xs, const FfnActivations& act,
+Tensor ffn_backward(const Config& cfg, const FfnWeights& w, const Lhs& xs, const FfnActivations& act,
                     const Tensor& dys, const GroupLayout& g, LayerWeights& grads) {
   FfnGradInputs keep;
   Tensor dxs = ffn_backward_data(cfg, w, xs, act, dys, g, keep);

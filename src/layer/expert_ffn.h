@@ -38,15 +38,16 @@ struct FfnActivations {
   Tensor ys;  // [R, D]
 };
 
-// xs: [R, D] dtype; E_l = w.experts local experts (groups may list more:
-// only the first E_l are computed). Rows past them in every output are zero.
-FfnActivations ffn_forward(const Config& cfg, const FfnWeights& w, const Tensor& xs,
-                           const GroupLayout& groups);
+// xs: [R, D] dtype, or x's rows gathered through the permute's index (fused::permute_in_gemm:
+// the GEMMs read them as they copy their operand); E_l = w.experts local experts (groups may list
+// more: only the first E_l are computed). Rows past them in every output are zero.
+FfnActivations ffn_forward(const Config& cfg, const FfnWeights& w, const Lhs& xs, const GroupLayout& groups);
 
 // What the weight gradients need from one backward: the GEMM inputs and the
 // output gradients, row for row (dh is [R, 2F] prefused, else dh0/dh1 [R, F]).
 struct FfnGradInputs {
-  Tensor xs, a, dys, dh, dh0, dh1;
+  Lhs xs;
+  Tensor a, dys, dh, dh0, dh1;
 };
 
 // Where the data backward may drop what it has used (the layer's release_saved): the compute-dtype
@@ -59,7 +60,7 @@ struct FfnRelease {
 
 // The data part of the backward. dys: [R, D] dtype. Returns dxs [R, D] dtype;
 // fills `keep` with the rows the weight gradients need.
-Tensor ffn_backward_data(const Config& cfg, const FfnWeights& w, const Tensor& xs, const FfnActivations& act,
+Tensor ffn_backward_data(const Config& cfg, const FfnWeights& w, const Lhs& xs, const FfnActivations& act,
                          const Tensor& dys, const GroupLayout& groups, FfnGradInputs& keep,
                          const FfnRelease& release = {});
 
@@ -82,7 +83,7 @@ void ffn_weight_grads(const FfnWeights& w, const FfnGradInputs& in, const GroupL
                       LayerWeights& grads, WeightGradPart part = WeightGradPart::all);
 
 // Both parts: returns dxs and writes the weight gradients.
-Tensor ffn_backward(const Config& cfg, const FfnWeights& w, const Tensor& xs, const FfnActivations& act,
+Tensor ffn_backward(const Config& cfg, const FfnWeights& w, const Lhs& xs, const FfnActivations& act,
                     const Tensor& dys, const GroupLayout& groups, LayerWeights& grads);
 
 }  // namespace moe

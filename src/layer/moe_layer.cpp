@@ -18,7 +18,7 @@ struct LayerForward {
   Routing routing;
   AuxStats aux;
   FfnWeights ffn_w;
-  Tensor xs;  // [R, D]
+  Lhs xs;  // [R, D], or x's rows through the permute's index (fused::permute_in_gemm)
   FfnActivations ffn;
   StepTrace* trace = nullptr;  // optional
 };
@@ -43,6 +43,10 @@ Tensor group_sizes_i32(const GroupLayout& g) {
 }
 }  // namespace
 
+bool layer_permutes_in_gemm(const Config& cfg) {
+  return cfg.moe_permute_kernel == KernelChoice::fused && gathers_lhs(cfg.dtype);
+}
+
 LayerForwardPtr layer_forward(const Config& cfg, const LayerWeights& w, const Tensor& x_in,
                               const Tensor* forced, LayerOutputs& out, StepTrace* trace) {
   check_tokens(cfg, x_in, "x");
@@ -65,10 +69,17 @@ LayerForwardPtr layer_forward(const Config& cfg, const LayerWeights& w, const Te
     f->aux = aux_stats(f->router.logits, f->routing.routed_counts);
   }
   f->ffn_w = ffn_weights(cfg, w);
-  f->xs = Tensor::empty(cfg.dtype, {T * K, D});
   {
+    // The fused permute is done by the up projection's operand copies where the level reads a
+    // gathered lhs: only the index is made here, and xs is never written.
     TraceScope s(trace, "permute", OpEngine::compute);
-    permute(cfg.moe_permute_kernel, f->x, f->routing, f->xs);
+    if (layer_permutes_in_gemm(cfg) && fused::permute_in_gemm(cfg.dtype, f->routing)) {
+      f->xs = Lhs(f->x, fused::permute_index(f->routing));
+    } else {
+      Tensor xs = Tensor::empty(cfg.dtype, {T * K, D});
+      permute(cfg.moe_permute_kernel, f->x, f->routing, xs);
+      f->xs = xs;
+    }
   }
   {
     TraceScope s(trace, "ffn", OpEngine::compute);
@@ -142,7 +153,8 @@ LayerGrads backward_impl(const Config& cfg, const LayerForward& f, LayerForward*
       dxs = ffn_backward_data(cfg, f.ffn_w, f.xs, f.ffn, dys, f.routing.groups, keep, r);
       if (rel) {  // keep holds the only references now: the weight gradients drop them as they go
         dys = Tensor();
-        rel->xs = rel->ffn.a = Tensor();
+        rel->xs = Lhs();
+        rel->ffn.a = Tensor();
       }
       ffn_weight_grads_into(f.ffn_w, keep, f.routing.groups, g.weights, acc != nullptr, rel != nullptr);
     }

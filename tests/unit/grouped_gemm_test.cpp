@@ -18,17 +18,19 @@
 // and the bound there is 3 * (L + 2) * 2^-24 * S (kBf16DotFactor). The
 // difference measured against the exact sum: Bf16DotRoundingIsMeasured below
 // (numbers in docs/architecture.md, "AArch64").
+#include "kernels/grouped_gemm.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <random>
 
 #include "core/allocator.h"
 #include "kernels/dispatch.h"
-#include "kernels/grouped_gemm.h"
 #include "kernels/grouped_gemm_internal.h"
 #include "testing/levels.h"
 
@@ -768,6 +770,117 @@ TEST_P(GroupedGemm, DrhsLhsTransposedByTasksOrCopiedFirstKeepsTheBits) {
   all.push_back({{37, 300}, 530, 40, 0, 2, 0});    // lhs^T rows in several tasks, a short last block
   all.push_back({{5, 1030}, 520, 20, 0, 2, 0});    // a group too large for the tasks' copy
   for (const Case& c : all) check_lhs_t_by_task(DType::bf16, c);
+}
+
+// A gathered lhs (Lhs(src, index): row r = src[index[r]], the fused permute's gather) gives every op
+// the bits of the same rows materialized: amx_bf16 reads the rows through the index as it copies A
+// (and as its weight gradient transposes lhs, by the tasks or written out first); the other levels
+// materialize them for the call. The outputs start from the same canary, so rows of other groups
+// must stay untouched alike.
+void check_gathered(DType in, const Case& c, bool lhs_t_copied) {
+  SCOPED_TRACE(::testing::Message() << "Kc " << c.Kc << " N " << c.N << " in " << dtype_name(in)
+                                    << (lhs_t_copied ? " lhs^T copied first" : ""));
+  const GroupLayout g = GroupLayout::from_sizes(c.sizes);
+  const int64_t M = rows_of(c, g), S = M / 3 + 2;  // fewer source rows than M: rows repeat
+  Tensor src = random_tensor(in, {S, c.Kc}, 91), index = Tensor::empty(DType::i32, {M});
+  std::mt19937 rng(92);
+  for (int64_t r = 0; r < M; ++r) index.data<int32_t>()[r] = int32_t(rng() % uint32_t(S));
+  const Lhs gathered(src, index);
+  const Tensor rows = gathered.materialized();
+  for (int64_t r = 0; r < M; ++r)
+    ASSERT_EQ(std::memcmp(
+                  static_cast<const std::byte*>(rows.raw()) + r * c.Kc * dtype_size(in),
+                  static_cast<const std::byte*>(src.raw()) + index.data<int32_t>()[r] * c.Kc * dtype_size(in),
+                  size_t(c.Kc) * dtype_size(in)),
+              0)
+        << "materialized row " << r;
+  Tensor w0 = random_tensor(in, {c.n_local, c.Kc, c.N}, 93),
+         w1 = random_tensor(in, {c.n_local, c.Kc, 32}, 94);
+  Tensor d0 = random_tensor(in, {M, c.N}, 95), d1 = random_tensor(in, {M, 32}, 96);
+  std::optional<detail::ScopedLhsTCopy> copy_first;
+  if (lhs_t_copied) copy_first.emplace();
+  auto same = [](const Tensor& a, const Tensor& b, const char* what) {
+    EXPECT_EQ(std::memcmp(a.raw(), b.raw(), a.nbytes()), 0) << what << ": gathered differs from materialized";
+  };
+  auto canary = [](DType t, Shape s) {
+    Tensor x = Tensor::empty(t, s);
+    for (int64_t i = 0; i < x.numel(); ++i) Guarded::set(x, i, kCanary);
+    return x;
+  };
+  for (DType out_t : {in, DType::f32}) {
+    Tensor a = canary(out_t, {M, c.N}), b = canary(out_t, {M, c.N});
+    gmm(gathered, w0, g, c.goff, a);
+    gmm(rows, w0, g, c.goff, b);
+    same(a, b, "gmm");
+    for (Tensor* w : {&w0, &w1}) {  // N0 = N (any), then 32 (a whole panel: amx_bf16's one pass)
+      const int64_t N0 = w->dim(2), N1 = c.N;
+      Tensor p = canary(out_t, {M, N0 + N1}), q = canary(out_t, {M, N0 + N1});
+      gmm_pair(gathered, *w, w0, g, c.goff, p);
+      gmm_pair(rows, *w, w0, g, c.goff, q);
+      same(p, q, "gmm_pair");
+    }
+  }
+  const Shape s0 = {c.n_local, c.Kc, c.N}, s1 = {c.n_local, c.Kc, 32};
+  Tensor a = canary(DType::f32, s0), b = canary(DType::f32, s0);
+  gmm_drhs(gathered, d0, g, c.goff, a);
+  gmm_drhs(rows, d0, g, c.goff, b);
+  same(a, b, "gmm_drhs");
+  Tensor acc_a = random_tensor(DType::f32, s0, 97), acc_b = random_tensor(DType::f32, s0, 97);
+  gmm_drhs_acc(gathered, d0, g, c.goff, acc_a);
+  gmm_drhs_acc(rows, d0, g, c.goff, acc_b);
+  same(acc_a, acc_b, "gmm_drhs_acc");
+  for (bool acc : {false, true}) {
+    // dout0 with 32 columns first (one pass at amx_bf16), then with N (two calls unless N is 32k).
+    for (int order = 0; order < 2; ++order) {
+      const Tensor& da = order == 0 ? d1 : d0;
+      const Tensor& db = order == 0 ? d0 : d1;
+      const Shape sa = order == 0 ? s1 : s0, sb = order == 0 ? s0 : s1;
+      Tensor x0 = random_tensor(DType::f32, sa, 98), x1 = random_tensor(DType::f32, sb, 99);
+      Tensor y0 = random_tensor(DType::f32, sa, 98), y1 = random_tensor(DType::f32, sb, 99);
+      gmm_drhs_pair(gathered, da, db, g, c.goff, x0, x1, acc);
+      gmm_drhs_pair(rows, da, db, g, c.goff, y0, y1, acc);
+      same(x0, y0, acc ? "gmm_drhs_pair (accumulate) out0" : "gmm_drhs_pair out0");
+      same(x1, y1, acc ? "gmm_drhs_pair (accumulate) out1" : "gmm_drhs_pair out1");
+    }
+  }
+}
+
+TEST_P(GroupedGemm, GatheredLhsIsTheMaterializedRowsBitForBit) {
+  EXPECT_EQ(gathers_lhs(DType::bf16), GetParam() == Isa::amx_bf16);
+  EXPECT_FALSE(gathers_lhs(DType::f32));
+  std::vector<Case> all = cases();
+  all.push_back({{3, 130, 2}, 40, 300, 0, 3, 1});   // a reduction of several slices, a short last step
+  all.push_back({{70, 0, 90}, 1024, 64, 1, 2, 0});  // rows of 2 KiB, a group offset, an empty group
+  all.push_back({{5, 1030}, 520, 20, 0, 2, 0});     // a group too large for the tasks' copy of lhs^T
+  all.push_back({{9}, 70, 40, 0, 1, 0});            // fewer than 16 rows: the zero-padded copy
+  for (const Case& c : all)
+    for (bool copied : {false, true}) {
+      check_gathered(DType::bf16, c, copied);
+      if (!copied) check_gathered(DType::f32, c, false);
+    }
+}
+
+TEST(GroupedGemmChecks, GatheredLhsNamesItsIndex) {
+  const GroupLayout g = GroupLayout::from_sizes({4, 4});
+  Tensor src(DType::bf16, {5, 16}), w(DType::bf16, {2, 16, 8}), out(DType::bf16, {8, 8});
+  Tensor index = Tensor::empty(DType::i32, {8});
+  for (int r = 0; r < 8; ++r) index.data<int32_t>()[r] = r % 5;
+  gmm(Lhs(src, index), w, g, 0, out);
+  index.data<int32_t>()[6] = 5;
+  try {
+    gmm(Lhs(src, index), w, g, 0, out);
+    ADD_FAILURE() << "an index past src's rows was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("[gmm] lhs index: row 6 names source row 5, expected 0 <= row < 5"),
+              std::string::npos)
+        << e.what();
+  }
+  Tensor i64 = Tensor::empty(DType::i64, {8}), short_index = Tensor::empty(DType::i32, {7});
+  for (int r = 0; r < 7; ++r) short_index.data<int32_t>()[r] = 0;
+  std::memset(i64.raw(), 0, i64.nbytes());
+  EXPECT_THROW(gmm(Lhs(src, i64), w, g, 0, out), Error);
+  Tensor dout(DType::bf16, {8, 8}), grad(DType::f32, {2, 16, 8});
+  EXPECT_THROW(gmm_drhs(Lhs(src, short_index), dout, g, 0, grad), Error);  // 7 rows against dout's 8
 }
 
 // gmm_dlhs_sum: gmm_dlhs into f32, then gmm_dlhs_add, bit for bit (rows of other groups untouched).

@@ -5,6 +5,7 @@
 
 #include <cstring>
 
+#include "moe/isa.h"
 #include "moe/layer.h"
 #include "moe/memory_estimate.h"
 #include "moe/tensor.h"
@@ -167,8 +168,22 @@ TEST(LayerMemory, MinimumTermsFollowTheShapes) {
   EXPECT_EQ(m.weights, (long double)(E * 3 * D * F * 4 + E * D * 4));
   EXPECT_EQ(m.weight_copies, (long double)(E * 3 * D * F * 2));
   EXPECT_EQ(m.gradients, (long double)((E * 3 * D * F + E * D) * 4));
+  // The permuted rows xs [R, D] bf16, or their i32 index where the level's GEMMs gather them.
+  const int64_t xs = layer_permutes_in_gemm(c) ? R * 4 : R * D * 2;
   EXPECT_EQ(m.saved,
-            (long double)(T * D * 4 + 2 * T * E * 4 + 3 * T * K * 4 + R * D * 2 + R * 3 * F * 2 + R * D * 2));
+            (long double)(T * D * 4 + 2 * T * E * 4 + 3 * T * K * 4 + xs + R * 3 * F * 2 + R * D * 2));
+  for (Isa isa : {Isa::reference, Isa::amx_bf16})
+    for (KernelChoice permute : {KernelChoice::reference, KernelChoice::fused}) {
+      if (!isa_supported(isa)) continue;
+      ScopedIsa level(isa);
+      Config p = c;
+      p.moe_permute_kernel = permute;
+      const bool gathered = isa == Isa::amx_bf16 && permute == KernelChoice::fused;
+      EXPECT_EQ(layer_permutes_in_gemm(p), gathered) << isa_name(isa);
+      EXPECT_EQ(step_minimum(p, T, DType::f32, DType::f32).saved - m.saved,
+                (long double)((gathered ? R * 4 : R * D * 2) - xs))
+          << isa_name(isa);
+    }
   EXPECT_EQ(m.step_io, (long double)(T * D * 4 * 2 + T * D * 2 + T * D * 4));
   EXPECT_EQ(m.comm, 0.0L);
   c.weight_dtype = DType::bf16;

@@ -97,6 +97,9 @@ class Tiles {
 // chains' f32 sum (second + first), rounded once.
 // `t` (the weight gradient's lhs^T, made by the task's copy of A): A row d, reduction element j is
 // t[j * ldt + d], for j < len and d < ldt (zeros elsewhere); `a` is not read.
+// `gather` (a gathered lhs, grouped_gemm.h's Lhs): A's row i is at a + gather[i] * lda (t's row j at
+// t + gather[j] * ldt), for every row that may be read; the problem's rows are a's (t's) rows through
+// it, so the copy of A gathers them and the sorted rows are never written. Not with `padded` or `a2`.
 struct Problem {
   const bf16* a;
   int64_t lda, rows, lo, hi, len;
@@ -105,7 +108,16 @@ struct Problem {
   const bf16* a2 = nullptr;
   const bf16* t = nullptr;
   int64_t ldt = 0;
+  const int32_t* gather = nullptr;
 };
+
+// Row i of a problem's A (segment 0's, through its gather) and row j of its lhs^T source t.
+inline const bf16* a_row(const Problem& pr, int64_t i) {
+  return pr.a + (pr.gather ? int64_t(pr.gather[i]) : i) * pr.lda;
+}
+inline const bf16* t_row(const Problem& pr, int64_t j) {
+  return pr.t + (pr.gather ? int64_t(pr.gather[j]) : j) * pr.ldt;
+}
 
 struct Task {
   int64_t p, panel0, r0, r1;  // problem, first panel, rows [r0, r1) of the problem
@@ -249,8 +261,10 @@ void copy_transposed(const Problem& pr, const RowBlock* blocks, int64_t nb, int6
             v[w] = V::zero_words();
             continue;
           }
-          const uint16_t* row = reinterpret_cast<const uint16_t*>(pr.t + j * pr.ldt + d0);
-          V::pair_words(row, j + 1 < pr.len ? row + pr.ldt : nullptr, nc, v[w], unused);
+          const auto* row = reinterpret_cast<const uint16_t*>(t_row(pr, j) + d0);
+          const auto* next =
+              j + 1 < pr.len ? reinterpret_cast<const uint16_t*>(t_row(pr, j + 1) + d0) : nullptr;
+          V::pair_words(row, next, nc, v[w], unused);
         }
         V::transpose(v);
         for (int i = 0; i < V::L; ++i) V::store_words(dst + i * kStepWords, v[i]);
@@ -342,11 +356,12 @@ void amx_gemm(const std::vector<Problem>& probs, int64_t n_out, Out* out, int64_
       // go to dst, block m's at dst + m * block_steps steps.
       auto copy_a = [&](int seg, int64_t s0, int64_t s1, uint32_t* dst0, int64_t block_steps) {
         if (pr.t) return copy_transposed(pr, blocks, nb, s0, s1, dst0, block_steps);
-        const bf16* const A = seg == 0 ? pr.a : pr.a2;
         for (int64_t m = 0; m < nb; ++m)
           for (int k = 0; k < (blocks[m].two ? 2 : 1); ++k)
             for (int64_t i = 0; i < 16; ++i) {
-              const std::byte* src = reinterpret_cast<const std::byte*>(A + (blocks[m].w[k] + i) * pr.lda);
+              const int64_t row = blocks[m].w[k] + i;
+              const std::byte* src =
+                  reinterpret_cast<const std::byte*>(seg == 0 ? a_row(pr, row) : pr.a2 + row * pr.lda);
               uint32_t* dst = dst0 + m * block_steps * kACopyStepWords + (16 * k + i) * kStepWords;
               for (int64_t st = s0; st < s1; ++st, dst += kACopyStepWords)
                 V::store_words(dst, st < whole
@@ -433,27 +448,29 @@ void amx_gemm(const std::vector<Problem>& probs, int64_t n_out, Out* out, int64_
 // gmm and gmm_dlhs shape: the groups [goff, goff + n_local) of A [M, len] (rows contiguous), one
 // problem each. A tensor of fewer than 16 rows is read from a zero-padded copy of 16.
 // A2 (gmm_dlhs_sum): the second segment's A, laid out as A.
+// gather (a gathered lhs, not with A2): row r of the M rows is A's row gather[r].
 template <class Out, class Weights>
 void grouped_rows(const bf16* A, int64_t M, int64_t len, Out* out, int64_t ldc, int64_t n_out,
                   const GroupLayout& groups, int64_t goff, int64_t n_local, Addend add, const Weights& w,
-                  const bf16* A2 = nullptr) {
+                  const bf16* A2 = nullptr, const int32_t* gather = nullptr) {
   Words pad(Words::From::engine), pad2(Words::From::engine);
   int64_t readable = M;
-  auto padded = [&](const bf16* a, Words& buf) {
+  auto padded = [&](const bf16* a, const int32_t* ix, Words& buf) {
     bf16* p = reinterpret_cast<bf16*>(buf.get(size_t(std::max<int64_t>(words_of<bf16>(16 * len), 1))));
     std::memset(p, 0, size_t(16 * len) * sizeof(bf16));
-    if (M > 0) std::memcpy(p, a, size_t(M * len) * sizeof(bf16));
+    for (int64_t r = 0; r < M; ++r)
+      std::memcpy(p + r * len, a + (ix ? int64_t(ix[r]) : r) * len, size_t(len) * sizeof(bf16));
     return p;
   };
   if (M < 16) {
-    A = padded(A, pad), readable = 16;
-    if (A2) A2 = padded(A2, pad2);
+    A = padded(A, gather, pad), readable = 16, gather = nullptr;
+    if (A2) A2 = padded(A2, nullptr, pad2);
   }
   std::vector<Problem> probs;
   for (int64_t lg = 0; lg < n_local; ++lg) {
     const int64_t g0 = groups.offsets[size_t(goff + lg)], g1 = groups.offsets[size_t(goff + lg + 1)];
-    probs.push_back(
-        {A + g0 * len, len, g1 - g0, -g0, readable - g0, len, false, g0, lg, A2 ? A2 + g0 * len : nullptr});
+    probs.push_back({gather ? A : A + g0 * len, len, g1 - g0, -g0, readable - g0, len, false, g0, lg,
+                     A2 ? A2 + g0 * len : nullptr, nullptr, 0, gather ? gather + g0 : nullptr});
   }
   amx_gemm(probs, n_out, out, ldc, add, w);
 }
@@ -489,29 +506,40 @@ GroupWeights<W> packer(const W& w) {
   return {w};
 }
 
+// The lhs rows of gmm, gmm_pair and the weight gradient: M rows of Kc bf16, row r at A + r * Kc, or
+// at A + gather[r] * Kc (a gathered lhs).
+struct Rows {
+  const bf16* A;
+  const int32_t* gather;
+  int64_t M, Kc;
+};
+Rows rows_of(const Tensor& lhs) { return {lhs.data<bf16>(), nullptr, lhs.dim(0), lhs.dim(1)}; }
+Rows rows_of(const Tensor& src, const Tensor& index) {
+  return {src.data<bf16>(), index.data<int32_t>(), index.dim(0), src.dim(1)};
+}
+
 template <class Out>
-void gmm_bf16(const Tensor& lhs, const Tensor& rhs, const GroupLayout& g, int64_t goff, Tensor& out) {
-  const int64_t Kc = lhs.dim(1), N = rhs.dim(2);
-  const RowPairs w{rhs.data<bf16>(), Kc, N};
-  grouped_rows(lhs.data<bf16>(), lhs.dim(0), Kc, out.data<Out>(), N, N, g, goff, rhs.dim(0), Addend{},
-               packer(w));
+void gmm_bf16(const Rows& a, const Tensor& rhs, const GroupLayout& g, int64_t goff, Tensor& out) {
+  const int64_t N = rhs.dim(2);
+  const RowPairs w{rhs.data<bf16>(), a.Kc, N};
+  grouped_rows(a.A, a.M, a.Kc, out.data<Out>(), N, N, g, goff, rhs.dim(0), Addend{}, packer(w), nullptr,
+               a.gather);
 }
 
 // Both weights in one pass over A when N0 is a whole number of panels (every panel packs from one
 // side); else the two GEMMs into the two column windows. The same bits either way.
 template <class Out>
-void gmm_pair_bf16(const Tensor& lhs, const Tensor& rhs0, const Tensor& rhs1, const GroupLayout& g,
-                   int64_t goff, Tensor& out) {
-  const int64_t Kc = lhs.dim(1), N0 = rhs0.dim(2), N1 = rhs1.dim(2), ld = N0 + N1;
+void gmm_pair_bf16(const Rows& a, const Tensor& rhs0, const Tensor& rhs1, const GroupLayout& g, int64_t goff,
+                   Tensor& out) {
+  const int64_t Kc = a.Kc, N0 = rhs0.dim(2), N1 = rhs1.dim(2), ld = N0 + N1, n = rhs0.dim(0);
   const RowPairs lo{rhs0.data<bf16>(), Kc, N0}, hi{rhs1.data<bf16>(), Kc, N1};
   Out* o = out.data<Out>();
-  const bf16* A = lhs.data<bf16>();
   if (N0 % kPanel == 0) {
     const PairWeights<RowPairs> w{lo, hi, N0};
-    return grouped_rows(A, lhs.dim(0), Kc, o, ld, ld, g, goff, rhs0.dim(0), Addend{}, packer(w));
+    return grouped_rows(a.A, a.M, Kc, o, ld, ld, g, goff, n, Addend{}, packer(w), nullptr, a.gather);
   }
-  grouped_rows(A, lhs.dim(0), Kc, o, ld, N0, g, goff, rhs0.dim(0), Addend{}, packer(lo));
-  grouped_rows(A, lhs.dim(0), Kc, o + N0, ld, N1, g, goff, rhs0.dim(0), Addend{}, packer(hi));
+  grouped_rows(a.A, a.M, Kc, o, ld, N0, g, goff, n, Addend{}, packer(lo), nullptr, a.gather);
+  grouped_rows(a.A, a.M, Kc, o + N0, ld, N1, g, goff, n, Addend{}, packer(hi), nullptr, a.gather);
 }
 
 template <class Out>
@@ -576,10 +604,12 @@ struct DoutRowsPair {
 // gradients of one lhs (wi_0 and wi_1) share it (drhs_pair).
 class LhsT {
  public:
-  LhsT(const Tensor& lhs, const GroupLayout& groups, int64_t goff, int64_t n_local)
+  LhsT(const Rows& lhs, const GroupLayout& groups, int64_t goff, int64_t n_local)
       : buf_(Words::From::engine) {
-    const int64_t Kc = lhs.dim(1);
-    const bf16* L = lhs.data<bf16>();
+    const int64_t Kc = lhs.Kc;
+    const bf16* L = lhs.A;
+    const int32_t* ix = lhs.gather;
+    auto row = [&](int64_t r) { return L + (ix ? int64_t(ix[r]) : r) * Kc; };  // row r of the M rows
     const int64_t rows_t = std::max<int64_t>(Kc, 16);  // rows of a group's lhs^T copy
     // Where every task's whole copy of A fits the copy amx_gemm keeps for a task's other column
     // blocks (a group of at most 1,024 rows at 512 columns of lhs and more), the tasks transpose
@@ -588,8 +618,8 @@ class LhsT {
     const int64_t blocks_max = std::min(kTaskRowsMax, (rows_t + kBlock - 1) / kBlock * kBlock) / kBlock;
     for (int64_t lg = 0; lg < n_local; ++lg) {
       const int64_t g0 = groups.offsets[size_t(goff + lg)], R = groups.sizes[size_t(goff + lg)];
-      probs_.push_back(
-          {nullptr, 0, R > 0 ? Kc : 0, 0, rows_t, R, false, lg * Kc, lg, nullptr, L + g0 * Kc, Kc});
+      probs_.push_back({nullptr, 0, R > 0 ? Kc : 0, 0, rows_t, R, false, lg * Kc, lg, nullptr,
+                        ix ? L : L + g0 * Kc, Kc, ix ? ix + g0 : nullptr});
     }
     bool by_task = !detail::force_lhs_t_copy.load(std::memory_order_relaxed);
     for (const Problem& p : probs_) by_task = by_task && keeps_whole_copy(p, blocks_max);
@@ -617,8 +647,8 @@ class LhsT {
               lo[i] = hi[i] = V::zero_words();
               continue;
             }
-            const uint16_t* row = u16(L + (g0 + k) * Kc + c0);
-            V::pair_words(row, k + 1 < R ? row + Kc : nullptr, nc, lo[i], hi[i]);
+            V::pair_words(u16(row(g0 + k) + c0), k + 1 < R ? u16(row(g0 + k + 1) + c0) : nullptr, nc, lo[i],
+                          hi[i]);
           }
           V::transpose(lo);
           for (int64_t i = 0; i < std::min<int64_t>(V::L, rows_t - c0); ++i)
@@ -684,23 +714,31 @@ class LhsT {
   std::vector<Problem> probs_;
 };
 
-void drhs_bf16(const Tensor& lhs, const Tensor& dout, const GroupLayout& groups, int64_t goff, Tensor& drhs,
+void drhs_bf16(const Rows& lhs, const Tensor& dout, const GroupLayout& groups, int64_t goff, Tensor& drhs,
                bool accumulate) {
   LhsT(lhs, groups, goff, drhs.dim(0)).run(dout, groups, goff, drhs, accumulate);
+}
+
+void drhs_pair_bf16(const Rows& lhs, const Tensor& dout0, const Tensor& dout1, const GroupLayout& g,
+                    int64_t goff, Tensor& out0, Tensor& out1, bool accumulate) {
+  const LhsT lt(lhs, g, goff, out0.dim(0));
+  if (LhsT::pairs_in_one_pass(dout0)) return lt.run_pair(dout0, dout1, g, goff, out0, out1, accumulate);
+  lt.run(dout0, g, goff, out0, accumulate);
+  lt.run(dout1, g, goff, out1, accumulate);
 }
 
 const kernels::Table& base() { return table_avx512_bf16(); }
 
 void gmm(const Tensor& lhs, const Tensor& rhs, const GroupLayout& g, int64_t goff, Tensor& out) {
   if (lhs.dtype() == DType::f32) return base().gmm(lhs, rhs, g, goff, out);
-  if (out.dtype() == DType::f32) return gmm_bf16<float>(lhs, rhs, g, goff, out);
-  gmm_bf16<bf16>(lhs, rhs, g, goff, out);
+  if (out.dtype() == DType::f32) return gmm_bf16<float>(rows_of(lhs), rhs, g, goff, out);
+  gmm_bf16<bf16>(rows_of(lhs), rhs, g, goff, out);
 }
 void gmm_pair(const Tensor& lhs, const Tensor& rhs0, const Tensor& rhs1, const GroupLayout& g, int64_t goff,
               Tensor& out) {
   if (lhs.dtype() == DType::f32) return base().gmm_pair(lhs, rhs0, rhs1, g, goff, out);
-  if (out.dtype() == DType::f32) return gmm_pair_bf16<float>(lhs, rhs0, rhs1, g, goff, out);
-  gmm_pair_bf16<bf16>(lhs, rhs0, rhs1, g, goff, out);
+  if (out.dtype() == DType::f32) return gmm_pair_bf16<float>(rows_of(lhs), rhs0, rhs1, g, goff, out);
+  gmm_pair_bf16<bf16>(rows_of(lhs), rhs0, rhs1, g, goff, out);
 }
 void dlhs(const Tensor& dout, const Tensor& rhs, const GroupLayout& g, int64_t goff, Tensor& out) {
   if (dout.dtype() == DType::f32) return base().gmm_dlhs(dout, rhs, g, goff, out);
@@ -715,7 +753,7 @@ void dlhs_add(const Tensor& dout, const Tensor& rhs, const GroupLayout& g, int64
 }
 void drhs(const Tensor& lhs, const Tensor& dout, const GroupLayout& g, int64_t goff, Tensor& out) {
   if (lhs.dtype() == DType::f32) return base().gmm_drhs(lhs, dout, g, goff, out);
-  drhs_bf16(lhs, dout, g, goff, out, false);
+  drhs_bf16(rows_of(lhs), dout, g, goff, out, false);
 }
 void dlhs_sum(const Tensor& dout0, const Tensor& rhs0, const Tensor& dout1, const Tensor& rhs1,
               const GroupLayout& g, int64_t goff, Tensor& out) {
@@ -728,15 +766,33 @@ void drhs_pair(const Tensor& lhs, const Tensor& dout0, const Tensor& dout1, cons
                int64_t goff, Tensor& out0, Tensor& out1, bool accumulate) {
   if (lhs.dtype() == DType::f32)
     return kernels::drhs_pair_by_calls(base(), lhs, dout0, dout1, g, goff, out0, out1, accumulate);
-  const LhsT lt(lhs, g, goff, out0.dim(0));
-  if (LhsT::pairs_in_one_pass(dout0)) return lt.run_pair(dout0, dout1, g, goff, out0, out1, accumulate);
-  lt.run(dout0, g, goff, out0, accumulate);
-  lt.run(dout1, g, goff, out1, accumulate);
+  drhs_pair_bf16(rows_of(lhs), dout0, dout1, g, goff, out0, out1, accumulate);
 }
 void drhs_acc(const Tensor& lhs, const Tensor& dout, const GroupLayout& g, int64_t goff, Tensor& acc) {
   if (lhs.dtype() == DType::f32) return base().gmm_drhs_acc(lhs, dout, g, goff, acc);
-  drhs_bf16(lhs, dout, g, goff, acc, true);
+  drhs_bf16(rows_of(lhs), dout, g, goff, acc, true);
 }
+
+// A gathered lhs (bf16; grouped_gemm.h's Lhs): the copies of A read its rows through the index.
+void gmm_gather(const Tensor& src, const Tensor& index, const Tensor& rhs, const GroupLayout& g, int64_t goff,
+                Tensor& out) {
+  if (out.dtype() == DType::f32) return gmm_bf16<float>(rows_of(src, index), rhs, g, goff, out);
+  gmm_bf16<bf16>(rows_of(src, index), rhs, g, goff, out);
+}
+void gmm_pair_gather(const Tensor& src, const Tensor& index, const Tensor& rhs0, const Tensor& rhs1,
+                     const GroupLayout& g, int64_t goff, Tensor& out) {
+  if (out.dtype() == DType::f32) return gmm_pair_bf16<float>(rows_of(src, index), rhs0, rhs1, g, goff, out);
+  gmm_pair_bf16<bf16>(rows_of(src, index), rhs0, rhs1, g, goff, out);
+}
+void drhs_gather(const Tensor& src, const Tensor& index, const Tensor& dout, const GroupLayout& g,
+                 int64_t goff, Tensor& drhs, bool accumulate) {
+  drhs_bf16(rows_of(src, index), dout, g, goff, drhs, accumulate);
+}
+void drhs_pair_gather(const Tensor& src, const Tensor& index, const Tensor& dout0, const Tensor& dout1,
+                      const GroupLayout& g, int64_t goff, Tensor& out0, Tensor& out1, bool accumulate) {
+  drhs_pair_bf16(rows_of(src, index), dout0, dout1, g, goff, out0, out1, accumulate);
+}
+const kernels::GatherTable kGather{gmm_gather, gmm_pair_gather, drhs_gather, drhs_pair_gather};
 
 }  // namespace
 
@@ -746,6 +802,7 @@ const kernels::Table& table_amx_bf16() {
     r.isa = Isa::amx_bf16;
     r.gmm = gmm, r.gmm_pair = gmm_pair, r.gmm_dlhs = dlhs, r.gmm_dlhs_add = dlhs_add, r.gmm_drhs = drhs;
     r.gmm_drhs_acc = drhs_acc, r.gmm_drhs_pair = drhs_pair, r.gmm_dlhs_sum = dlhs_sum;
+    r.gather = &kGather;
     return r;
   }();
   return t;
