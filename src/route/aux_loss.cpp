@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <mutex>
+
+#include "moe/thread_pool.h"
 
 namespace moe {
 namespace {
@@ -59,20 +62,32 @@ AuxStats aux_stats_t(const Tensor& logits, const std::vector<int64_t>& routed_co
   AuxStats st;
   st.prob_sum.assign(size_t(E), 0);
   st.routed_counts = routed_counts;
-  st.tokens = T;
-  std::vector<Real> p(static_cast<size_t>(E));
-  for (int64_t t = 0; t < T; ++t) {
-    const Real* z = logits.data<Real>() + t * E;
-    if (!finite_row(z, E)) {  // left out of the sums: they stay exact integers
-      ++st.nonfinite;
-      continue;
+  // Ranges of tokens in parallel, each into its own partial sums, added under a lock: the sums are
+  // integers (fixed point) of terms >= 0, so neither their grouping nor the order of the adds
+  // changes a bit, nor whether the lse sum overflows (AuxStats::add).
+  std::mutex mu;
+  parallel_for(T, 64, [&](int64_t b, int64_t e_end) {
+    AuxStats part;
+    part.prob_sum.assign(size_t(E), 0);
+    part.routed_counts.assign(size_t(E), 0);
+    part.tokens = e_end - b;
+    std::vector<Real> p(static_cast<size_t>(E));
+    for (int64_t t = b; t < e_end; ++t) {
+      const Real* z = logits.data<Real>() + t * E;
+      if (!finite_row(z, E)) {  // left out of the sums: they stay exact integers
+        ++part.nonfinite;
+        continue;
+      }
+      Real lse = softmax_lse(z, p.data(), E);
+      for (int64_t e = 0; e < E; ++e) part.prob_sum[size_t(e)] += to_fixed(p[size_t(e)], kProbUnit);
+      const double sq = double(lse) * double(lse);  // finite: |lse| <= f32 max
+      if (part.lse_overflow || !(sq * kLseUnit < kTermLimit) ||
+          !add_fixed(part.lse_sq_sum, to_fixed(sq, kLseUnit)))
+        part.lse_overflow = 1;
     }
-    Real lse = softmax_lse(z, p.data(), E);
-    for (int64_t e = 0; e < E; ++e) st.prob_sum[size_t(e)] += to_fixed(p[size_t(e)], kProbUnit);
-    const double sq = double(lse) * double(lse);  // finite: |lse| <= f32 max
-    if (st.lse_overflow || !(sq * kLseUnit < kTermLimit) || !add_fixed(st.lse_sq_sum, to_fixed(sq, kLseUnit)))
-      st.lse_overflow = 1;
-  }
+    std::lock_guard<std::mutex> lock(mu);
+    st.add(part);
+  });
   return st;
 }
 }  // namespace
@@ -114,18 +129,21 @@ void aux_backward_t(const Config& cfg, const Tensor& logits, const AuxStats& g, 
   const double wlb = cfg.load_balance_loss_weight * s.load_balance, wz = cfg.router_z_loss_weight * s.z_loss;
   if (wlb == 0.0 && wz == 0.0) return;
   // d lb / d p[t, e] = wlb * E * c_e / T^2 (constant over t).
-  std::vector<Real> dp(static_cast<size_t>(E)), p(static_cast<size_t>(E));
+  std::vector<Real> dp(static_cast<size_t>(E));
   for (int64_t e = 0; e < E; ++e)
     dp[size_t(e)] = Real(wlb * double(E) * double(g.routed_counts[size_t(e)]) / (Tg * Tg));
-  for (int64_t t = 0; t < T; ++t) {
-    Real lse = softmax_lse(logits.data<Real>() + t * E, p.data(), E);
-    Real dot = Real(0);
-    for (int64_t e = 0; e < E; ++e) dot += dp[size_t(e)] * p[size_t(e)];
-    // d z-loss / d z[t, e] = wz * 2 * lse_t * p[t, e] / T.
-    Real zc = Real(wz * 2.0 * double(lse) / Tg);
-    Real* out = dlogits.data<Real>() + t * E;
-    for (int64_t e = 0; e < E; ++e) out[e] += p[size_t(e)] * (dp[size_t(e)] - dot) + zc * p[size_t(e)];
-  }
+  parallel_for(T, 64, [&](int64_t b, int64_t e_end) {  // a row of dlogits per token
+    std::vector<Real> p(static_cast<size_t>(E));
+    for (int64_t t = b; t < e_end; ++t) {
+      Real lse = softmax_lse(logits.data<Real>() + t * E, p.data(), E);
+      Real dot = Real(0);
+      for (int64_t e = 0; e < E; ++e) dot += dp[size_t(e)] * p[size_t(e)];
+      // d z-loss / d z[t, e] = wz * 2 * lse_t * p[t, e] / T.
+      Real zc = Real(wz * 2.0 * double(lse) / Tg);
+      Real* out = dlogits.data<Real>() + t * E;
+      for (int64_t e = 0; e < E; ++e) out[e] += p[size_t(e)] * (dp[size_t(e)] - dot) + zc * p[size_t(e)];
+    }
+  });
 }
 }  // namespace
 

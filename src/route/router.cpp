@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <numeric>
 
 #include "kernels/grouped_gemm.h"
 #include "moe/thread_pool.h"
@@ -41,14 +40,18 @@ bool score_before(Real a, int32_t ia, Real b, int32_t ib) {
   return ia < ib;
 }
 
-// ids: scratch of E entries, reused across tokens.
+// The K first ids in score_before's order (a strict total order: equal scores by lower id), best
+// first: each id is inserted into the sorted list of the best so far, or passed over after one
+// comparison with its last (the ids std::partial_sort gives).
 template <class Real>
-void select_topk(const Real* s, int64_t E, int64_t K, int32_t* idx, std::vector<int32_t>& ids) {
-  ids.resize(size_t(E));
-  std::iota(ids.begin(), ids.end(), 0);
-  std::partial_sort(ids.begin(), ids.begin() + K, ids.end(),
-                    [&](int32_t a, int32_t b) { return score_before(s[a], a, s[b], b); });
-  std::copy(ids.begin(), ids.begin() + K, idx);
+void select_topk(const Real* s, int64_t E, int64_t K, int32_t* idx) {
+  int64_t n = 0;
+  for (int32_t e = 0; e < int32_t(E); ++e) {
+    if (n == K && !score_before(s[e], e, s[idx[K - 1]], idx[K - 1])) continue;
+    int64_t i = n < K ? n++ : K - 1;
+    for (; i > 0 && score_before(s[e], e, s[idx[i - 1]], idx[i - 1]); --i) idx[i] = idx[i - 1];
+    idx[i] = e;
+  }
 }
 
 // Forced routing [T, K] i32: every id in [0, E), the K ids of a token distinct
@@ -88,7 +91,6 @@ RouterOutput router_forward_t(const Config& cfg, const Tensor& x, const Tensor& 
   r.topk_scores = Tensor::empty(rt, {T, K});
   r.topk_weights = Tensor::empty(rt, {T, K});
   parallel_for(T, 32, [&](int64_t b, int64_t e) {
-    std::vector<int32_t> ids;
     for (int64_t t = b; t < e; ++t) {
       const Real* z = r.logits.data<Real>() + t * E;
       Real* s = r.scores.data<Real>() + t * E;
@@ -100,7 +102,7 @@ RouterOutput router_forward_t(const Config& cfg, const Tensor& x, const Tensor& 
       if (forced)
         std::copy_n(forced->data<int32_t>() + t * K, K, idx);
       else
-        select_topk(s, E, K, idx, ids);
+        select_topk(s, E, K, idx);
       Real* raw = r.topk_scores.data<Real>() + t * K;
       Real* w = r.topk_weights.data<Real>() + t * K;
       Real sum = Real(0);

@@ -7,7 +7,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <limits>
+#include <vector>
 
+#include "route/router.h"
 #include "testing/levels.h"
 #include "testing/naive_moe.h"
 #include "testing/tensors.h"
@@ -162,6 +165,48 @@ TEST(Layer, ForcedRoutingEdgeCases) {
     for (int e = 0; e < 4; ++e) total += out.group_sizes.data<int32_t>()[e];
     EXPECT_EQ(total, T * K);
   }
+}
+
+// The router's top-K against a sort of every token's ids in score order (NaN last, then the higher
+// score, then the lower id), on rows with ties, NaN and infinities, K from 1 to E. The logits are x
+// itself (an identity kernel: each is one product by 1 plus zeros, exact).
+TEST(Router, TopKIsTheFirstKIdsInScoreOrder) {
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  for (ScoreFunc fn : {ScoreFunc::softmax, ScoreFunc::sigmoid})
+    for (int64_t E : {1, 5, 32, 64})
+      for (int64_t K : {int64_t(1), std::min<int64_t>(2, E), std::min<int64_t>(8, E), E}) {
+        Config c = small_config(E, K, E, 4);
+        c.routed_score_func = fn;
+        const int64_t T = 40;
+        Tensor x = Tensor::empty(DType::f32, {T, E}), kernel = Tensor::empty(DType::f32, {E, E});
+        for (int64_t i = 0; i < E * E; ++i) kernel.data<float>()[i] = i / E == i % E ? 1.0f : 0.0f;
+        uint32_t state = 12345;
+        for (int64_t t = 0; t < T; ++t)
+          for (int64_t e = 0; e < E; ++e) {
+            state = state * 1664525u + 1013904223u;
+            float v = float(int(state >> 28) - 8);  // 16 values: many ties
+            if (t % 5 == 1 && e % 3 == 0) v = nan;
+            if (t % 7 == 2 && e == E / 2) v = inf;
+            if (t % 7 == 3 && e == 0) v = -inf;
+            if (t == 4) v = float(E - e);  // strictly decreasing
+            if (t == 5) v = float(e);      // strictly increasing: every id inserted at the top
+            x.data<float>()[t * E + e] = v;
+          }
+        const RouterOutput r = router_forward(c, x, kernel, nullptr);
+        for (int64_t t = 0; t < T; ++t) {
+          const float* sc = r.scores.data<float>() + t * E;
+          std::vector<int32_t> ids(static_cast<size_t>(E));
+          for (int32_t e = 0; e < int32_t(E); ++e) ids[size_t(e)] = e;
+          std::stable_sort(ids.begin(), ids.end(), [&](int32_t a, int32_t b) {
+            if (std::isnan(sc[a]) != std::isnan(sc[b])) return std::isnan(sc[b]);
+            return !std::isnan(sc[a]) && sc[a] > sc[b];
+          });
+          for (int64_t k = 0; k < K; ++k)
+            ASSERT_EQ(r.topk_idx.data<int32_t>()[t * K + k], ids[size_t(k)])
+                << (fn == ScoreFunc::softmax ? "softmax" : "sigmoid") << " E " << E << " K " << K << " token "
+                << t << " slot " << k;
+        }
+      }
 }
 
 TEST(Layer, EqualScoresTieToLowerExpert) {
