@@ -88,6 +88,9 @@ LayerForwardPtr layer_forward(const Config& cfg, const LayerWeights& w, const Te
 // they copy their operand (amx_bf16, bf16; SPEC.md section 4). The saved tensors then hold that
 // index (i32 [T*K]) instead of xs. (The fused permute's own preconditions, R < 2^31, aside.)
 bool layer_permutes_in_gemm(const Config& cfg);
+// The distributed layer (moe train, DistLayer) does the same where no rows move between ranks:
+// expert parallelism 1 (`expert_ranks`) and one token chunk.
+bool dist_permutes_in_gemm(const Config& cfg, int64_t expert_ranks);
 
 // The incoming gradients of the two (weighted) aux losses: the backward computes the gradient of
 // load_balance * lb + z_loss * z, so an autograd caller passes its cotangents (0 when a loss is

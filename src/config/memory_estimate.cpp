@@ -143,13 +143,13 @@ MemoryEstimate estimate_memory(const Config& c, int64_t tokens, int64_t ranks, b
   if (train_stack) m.weights = expert_weights * s;  // the compute-dtype copy of one layer (the state is f32)
 
   // One layer's forward, kept for its backward (LayerForward, the dist Chunk):
-  const LD saved = T * D * s         // x in the compute dtype
-                   + E * D * 4       // the router kernel in f32
-                   + T * D * 4       // the router's f32 input
-                   + 2 * T * E * 4   // logits, scores
-                   + 3 * T * K * 4   // top-k ids, scores, weights
-                   + 3 * R * 4       // routing: sorted ids, positions, group offsets
-                   + R * D * s       // permuted rows xs
+  const LD saved = T * D * s        // x in the compute dtype
+                   + E * D * 4      // the router kernel in f32
+                   + T * D * 4      // the router's f32 input
+                   + 2 * T * E * 4  // logits, scores
+                   + 3 * T * K * 4  // top-k ids, scores, weights
+                   + 3 * R * 4      // routing: sorted ids, positions, group offsets
+                   + (dist_permutes_in_gemm(c, ax.expert) ? R * 4 : R * D * s)  // xs, or its index
                    + Rf * 3 * F * s  // h0, h1 (or fused h), gated a
                    + Rf * D * s      // expert outputs ys
                    + T * D * s;      // the layer output y
@@ -196,8 +196,9 @@ StepMinimum train_step_minimum(const Config& c, int64_t tokens, int64_t ranks) {
   Config local = c;
   local.num_experts = int64_t(std::ceil(LD(c.num_experts) / LD(ax.expert)));  // this rank's experts
   local.weight_dtype = DType::f32;                                            // the f32 parameters
-  // The distributed layer's steps (moe train) always write xs (its rows go through the all-to-alls).
-  const StepMinimum one = minimum_of(local, tokens, DType::f32, DType::f32, true);
+  // The distributed layer's steps (moe train) write xs unless no rows move (dist_permutes_in_gemm).
+  const bool xs_written = !dist_permutes_in_gemm(c, ax.expert);
+  const StepMinimum one = minimum_of(local, tokens, DType::f32, DType::f32, xs_written);
   const LD L = LD(std::max<int64_t>(c.num_layers, 1)), T = LD(std::max<int64_t>(tokens, 0)),
            D = LD(c.emb_dim);
   StepMinimum m;
@@ -206,7 +207,7 @@ StepMinimum train_step_minimum(const Config& c, int64_t tokens, int64_t ranks) {
   m.gradients = L * (one.gradients + D * 4);
   // Every layer's saved tensors (router scores etc. use the full E: the router is replicated) and its
   // norm's input, f32 output and 1/rms (src/train/rmsnorm.cpp).
-  m.saved = L * (minimum_of(c, tokens, DType::f32, DType::f32, true).saved + 2 * T * D * 4 + T * 4);
+  m.saved = L * (minimum_of(c, tokens, DType::f32, DType::f32, xs_written).saved + 2 * T * D * 4 + T * 4);
   m.step_io = 4 * T * D * 4;    // the inputs, the teacher's target, the residual stream, the loss gradient
   m.optimizer = 3 * m.weights;  // AdamW m and v, the teacher
   m.comm = estimate_memory(c, tokens, ranks, true).buffers;

@@ -123,8 +123,17 @@ void DistLayer::forward_a2a(const StepExec& ex, DistForward& f, Tensor& y) const
     const int64_t Rc = (ch.t1 - ch.t0) * K;
     ex.wait(ch.routed);
     ex.compute(at("permute", c), [&] {
-      ch.xs = Tensor::empty(cfg_.dtype, {Rc, D});
-      permute(cfg_.moe_permute_kernel, f.x.slice_rows(ch.t0, ch.t1), ch.routing, ch.xs);
+      const Tensor xc = f.x.slice_rows(ch.t0, ch.t1);
+      // No rows to move (expert parallelism 1, one chunk): the permute inside the GEMMs, as in
+      // layer_forward (the weight gradients then read the one chunk's rows as they are).
+      if (dist_permutes_in_gemm(cfg_, mesh_.comm({"expert"}).size()) &&
+          fused::permute_in_gemm(cfg_.dtype, ch.routing)) {
+        ch.xs = Lhs(xc, fused::permute_index(ch.routing));
+      } else {
+        Tensor xs = Tensor::empty(cfg_.dtype, {Rc, D});
+        permute(cfg_.moe_permute_kernel, xc, ch.routing, xs);
+        ch.xs = xs;
+      }
     });
     if (mesh_.comm({"expert"}).size() == 1) return void(ch.ex = plan_exchange(mesh_.comm({"expert"}), ch.routing.groups, E, Rc, -1));
     const double factor = cfg_.ragged_buffer_factor;
@@ -133,15 +142,16 @@ void DistLayer::forward_a2a(const StepExec& ex, DistForward& f, Tensor& y) const
                                     ch.ex = plan_exchange(m.comm({"expert"}), ch.routing.groups, E, Rc, factor);
                                   });
     if (!ex.offloaded(OffloadTarget::ep_collectives, Collective::all_to_all)) ex.wait(planned);
-    ch.sent = ex.collective(OffloadTarget::ep_collectives, Collective::all_to_all, at("A2A:dispatch", c),
-                            [&ch, h = hier_a2a_](const Mesh& m) { ch.buf = ep_send(ep_comm(m, h), ch.ex, ch.xs); });
+    ch.sent = ex.collective(
+        OffloadTarget::ep_collectives, Collective::all_to_all, at("A2A:dispatch", c),
+        [&ch, h = hier_a2a_](const Mesh& m) { ch.buf = ep_send(ep_comm(m, h), ch.ex, ch.xs.src); });
   };
   auto compute = [&](int64_t c) {
     Chunk& ch = f.chunks[size_t(c)];
     ex.wait(ch.sent);
     Tensor back;  // the expert outputs back in sender order (dense row movement: part of the traced op)
     ex.compute(at("ffn", c), [&] {
-      ch.xl = ch.ex.identity() ? ch.xs : ep_sort_local(ch.ex, ch.buf);
+      ch.xl = ch.ex.identity() ? ch.xs : Lhs(ep_sort_local(ch.ex, ch.buf));
       ch.buf = Tensor();
       ch.act = ffn_forward(cfg_, f.ffn, ch.xl, ch.ex.local_groups);
       if (!ch.ex.identity()) back = ep_unsort_local(ch.ex, ch.act.ys);

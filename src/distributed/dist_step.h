@@ -8,6 +8,7 @@
 #include "distributed/ep_exchange.h"
 #include "distributed/ring.h"
 #include "distributed/step_exec.h"
+#include "kernels/grouped_gemm.h"
 #include "layer/expert_ffn.h"
 #include "moe/dist_layer.h"
 #include "route/aux_loss.h"
@@ -24,11 +25,11 @@ struct Chunk {
   Routing routing;  // this rank's tokens of the chunk (kept slots: capacity in global order)
   Event routed;     // routing ready (index math: side engine under ragged_sort)
   // expert-parallel all-to-all path
-  Tensor xs;   // [Rc, D] sorted by global expert
+  Lhs xs;  // [Rc, D] sorted by global expert (with no rows to move: x's rows through the permute's index)
   EpExchange ex;
   Tensor buf;  // receive buffer of the dispatch
   Event sent;  // dispatch all-to-all done (buf, ex ready)
-  Tensor xl;   // [buffer_rows, D] received rows sorted by local expert
+  Lhs xl;      // [buffer_rows, D] received rows sorted by local expert (xs when none move)
   FfnActivations act;
   Tensor ys;   // [Rc, D] expert outputs back home, sorted order
   Event returned;

@@ -47,6 +47,10 @@ bool layer_permutes_in_gemm(const Config& cfg) {
   return cfg.moe_permute_kernel == KernelChoice::fused && gathers_lhs(cfg.dtype);
 }
 
+bool dist_permutes_in_gemm(const Config& cfg, int64_t expert_ranks) {
+  return expert_ranks == 1 && cfg.num_moe_token_chunks <= 1 && layer_permutes_in_gemm(cfg);
+}
+
 LayerForwardPtr layer_forward(const Config& cfg, const LayerWeights& w, const Tensor& x_in,
                               const Tensor* forced, LayerOutputs& out, StepTrace* trace) {
   check_tokens(cfg, x_in, "x");

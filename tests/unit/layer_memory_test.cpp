@@ -180,6 +180,12 @@ TEST(LayerMemory, MinimumTermsFollowTheShapes) {
       p.moe_permute_kernel = permute;
       const bool gathered = isa == Isa::amx_bf16 && permute == KernelChoice::fused;
       EXPECT_EQ(layer_permutes_in_gemm(p), gathered) << isa_name(isa);
+      // The distributed layer only where no rows move: expert parallelism 1, one token chunk.
+      EXPECT_EQ(dist_permutes_in_gemm(p, 1), gathered) << isa_name(isa);
+      EXPECT_FALSE(dist_permutes_in_gemm(p, 2)) << isa_name(isa);
+      Config chunked = p;
+      chunked.num_moe_token_chunks = 4;
+      EXPECT_FALSE(dist_permutes_in_gemm(chunked, 1)) << isa_name(isa);
       EXPECT_EQ(step_minimum(p, T, DType::f32, DType::f32).saved - m.saved,
                 (long double)((gathered ? R * 4 : R * D * 2) - xs))
           << isa_name(isa);
