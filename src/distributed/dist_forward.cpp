@@ -127,7 +127,7 @@ void DistLayer::forward_a2a(const StepExec& ex, DistForward& f, Tensor& y) const
       // No rows to move (expert parallelism 1, one chunk): the permute inside the GEMMs, as in
       // layer_forward (the weight gradients then read the one chunk's rows as they are).
       if (dist_permutes_in_gemm(cfg_, mesh_.comm({"expert"}).size()) &&
-          fused::permute_in_gemm(cfg_.dtype, ch.routing)) {
+          fused::permute_supported(cfg_.dtype, ch.routing)) {
         ch.xs = Lhs(xc, fused::permute_index(ch.routing));
       } else {
         Tensor xs = Tensor::empty(cfg_.dtype, {Rc, D});

@@ -32,11 +32,10 @@ void permute(const Tensor& x, const Routing& rt, Tensor& xs);
 // weights (no unsorted copy). Bit-identical to reference::permute_backward.
 void permute_backward(const Tensor& dxs, const Routing& rt, Tensor& dx);
 
-// The permute fused into the GEMMs' operand copies (SPEC.md section 4, "Best"): where the active level
-// reads a gathered lhs (gathers_lhs) and the fused permute supports the shape, xs is never written:
-// the up projection and its weight gradient read x's rows through this index, i32 [R], row r =
-// order[r] / K (the row fused::permute copies).
-bool permute_in_gemm(DType dtype, const Routing& rt);
+// The permute fused into the GEMMs' operand copies (SPEC.md section 4, "Best"; layer_permutes_in_gemm
+// says where, permute_supported for which shapes): xs is never written, the up projection and its
+// weight gradient read x's rows through this index, i32 [R], row r = order[r] / K (the row
+// fused::permute copies).
 Tensor permute_index(const Routing& rt);
 
 }  // namespace moe::fused

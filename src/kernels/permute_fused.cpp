@@ -3,7 +3,6 @@
 #include <mutex>
 #include <vector>
 
-#include "kernels/grouped_gemm.h"
 #include "kernels/permute.h"
 #include "kernels/row_ops.h"
 #include "moe/thread_pool.h"
@@ -52,10 +51,6 @@ bool permute_supported(DType dtype, const Routing& rt) {
 void permute(const Tensor& x, const Routing& rt, Tensor& xs) {
   expect_shape(xs, {rt.rows(), x.dim(1)}, "[fused permute] xs");
   x.dtype() == DType::bf16 ? gather_rows<bf16>(x, rt, xs) : gather_rows<float>(x, rt, xs);
-}
-
-bool permute_in_gemm(DType dtype, const Routing& rt) {
-  return permute_supported(dtype, rt) && gathers_lhs(dtype);
 }
 
 Tensor permute_index(const Routing& rt) {

@@ -38,7 +38,7 @@ struct FfnActivations {
   Tensor ys;  // [R, D]
 };
 
-// xs: [R, D] dtype, or x's rows gathered through the permute's index (fused::permute_in_gemm:
+// xs: [R, D] dtype, or x's rows gathered through the permute's index (layer_permutes_in_gemm:
 // the GEMMs read them as they copy their operand); E_l = w.experts local experts (groups may list
 // more: only the first E_l are computed). Rows past them in every output are zero.
 FfnActivations ffn_forward(const Config& cfg, const FfnWeights& w, const Lhs& xs, const GroupLayout& groups);

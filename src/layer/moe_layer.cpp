@@ -18,7 +18,7 @@ struct LayerForward {
   Routing routing;
   AuxStats aux;
   FfnWeights ffn_w;
-  Lhs xs;  // [R, D], or x's rows through the permute's index (fused::permute_in_gemm)
+  Lhs xs;  // [R, D], or x's rows through the permute's index (layer_permutes_in_gemm)
   FfnActivations ffn;
   StepTrace* trace = nullptr;  // optional
 };
@@ -77,7 +77,7 @@ LayerForwardPtr layer_forward(const Config& cfg, const LayerWeights& w, const Te
     // The fused permute is done by the up projection's operand copies where the level reads a
     // gathered lhs: only the index is made here, and xs is never written.
     TraceScope s(trace, "permute", OpEngine::compute);
-    if (layer_permutes_in_gemm(cfg) && fused::permute_in_gemm(cfg.dtype, f->routing)) {
+    if (layer_permutes_in_gemm(cfg) && fused::permute_supported(cfg.dtype, f->routing)) {
       f->xs = Lhs(f->x, fused::permute_index(f->routing));
     } else {
       Tensor xs = Tensor::empty(cfg.dtype, {T * K, D});

@@ -445,21 +445,35 @@ void amx_gemm(const std::vector<Problem>& probs, int64_t n_out, Out* out, int64_
   });
 }
 
-// gmm and gmm_dlhs shape: the groups [goff, goff + n_local) of A [M, len] (rows contiguous), one
-// problem each. A tensor of fewer than 16 rows is read from a zero-padded copy of 16.
-// A2 (gmm_dlhs_sum): the second segment's A, laid out as A.
-// gather (a gathered lhs, not with A2): row r of the M rows is A's row gather[r].
+// The lhs rows of gmm, gmm_pair and the weight gradient: M rows of Kc bf16, row r at A + r * Kc, or
+// at A + gather[r] * Kc (a gathered lhs).
+struct Rows {
+  const bf16* A;
+  const int32_t* gather;
+  int64_t M, Kc;
+};
+Rows rows_of(const Tensor& lhs) { return {lhs.data<bf16>(), nullptr, lhs.dim(0), lhs.dim(1)}; }
+Rows rows_of(const Tensor& src, const Tensor& index) {
+  return {src.data<bf16>(), index.data<int32_t>(), index.dim(0), src.dim(1)};
+}
+
+// gmm and gmm_dlhs shape: the groups [goff, goff + n_local) of a's M rows of len = a.Kc, one problem
+// each (a gathered a: row r is A's row gather[r]). A tensor of fewer than 16 rows is read from a
+// zero-padded copy of 16. A2 (gmm_dlhs_sum, not with a gathered a): the second segment's A, laid out
+// as a's.
 template <class Out, class Weights>
-void grouped_rows(const bf16* A, int64_t M, int64_t len, Out* out, int64_t ldc, int64_t n_out,
-                  const GroupLayout& groups, int64_t goff, int64_t n_local, Addend add, const Weights& w,
-                  const bf16* A2 = nullptr, const int32_t* gather = nullptr) {
+void grouped_rows(const Rows& a, Out* out, int64_t ldc, int64_t n_out, const GroupLayout& groups,
+                  int64_t goff, int64_t n_local, Addend add, const Weights& w, const bf16* A2 = nullptr) {
   Words pad(Words::From::engine), pad2(Words::From::engine);
+  const bf16* A = a.A;
+  const int32_t* gather = a.gather;
+  const int64_t M = a.M, len = a.Kc;
   int64_t readable = M;
-  auto padded = [&](const bf16* a, const int32_t* ix, Words& buf) {
+  auto padded = [&](const bf16* from, const int32_t* ix, Words& buf) {
     bf16* p = reinterpret_cast<bf16*>(buf.get(size_t(std::max<int64_t>(words_of<bf16>(16 * len), 1))));
     std::memset(p, 0, size_t(16 * len) * sizeof(bf16));
     for (int64_t r = 0; r < M; ++r)
-      std::memcpy(p + r * len, a + (ix ? int64_t(ix[r]) : r) * len, size_t(len) * sizeof(bf16));
+      std::memcpy(p + r * len, from + (ix ? int64_t(ix[r]) : r) * len, size_t(len) * sizeof(bf16));
     return p;
   };
   if (M < 16) {
@@ -506,40 +520,38 @@ GroupWeights<W> packer(const W& w) {
   return {w};
 }
 
-// The lhs rows of gmm, gmm_pair and the weight gradient: M rows of Kc bf16, row r at A + r * Kc, or
-// at A + gather[r] * Kc (a gathered lhs).
-struct Rows {
-  const bf16* A;
-  const int32_t* gather;
-  int64_t M, Kc;
-};
-Rows rows_of(const Tensor& lhs) { return {lhs.data<bf16>(), nullptr, lhs.dim(0), lhs.dim(1)}; }
-Rows rows_of(const Tensor& src, const Tensor& index) {
-  return {src.data<bf16>(), index.data<int32_t>(), index.dim(0), src.dim(1)};
-}
-
 template <class Out>
-void gmm_bf16(const Rows& a, const Tensor& rhs, const GroupLayout& g, int64_t goff, Tensor& out) {
+void gmm_out(const Rows& a, const Tensor& rhs, const GroupLayout& g, int64_t goff, Tensor& out) {
   const int64_t N = rhs.dim(2);
   const RowPairs w{rhs.data<bf16>(), a.Kc, N};
-  grouped_rows(a.A, a.M, a.Kc, out.data<Out>(), N, N, g, goff, rhs.dim(0), Addend{}, packer(w), nullptr,
-               a.gather);
+  grouped_rows(a, out.data<Out>(), N, N, g, goff, rhs.dim(0), Addend{}, packer(w));
 }
 
 // Both weights in one pass over A when N0 is a whole number of panels (every panel packs from one
 // side); else the two GEMMs into the two column windows. The same bits either way.
 template <class Out>
-void gmm_pair_bf16(const Rows& a, const Tensor& rhs0, const Tensor& rhs1, const GroupLayout& g, int64_t goff,
-                   Tensor& out) {
+void gmm_pair_out(const Rows& a, const Tensor& rhs0, const Tensor& rhs1, const GroupLayout& g, int64_t goff,
+                  Tensor& out) {
   const int64_t Kc = a.Kc, N0 = rhs0.dim(2), N1 = rhs1.dim(2), ld = N0 + N1, n = rhs0.dim(0);
   const RowPairs lo{rhs0.data<bf16>(), Kc, N0}, hi{rhs1.data<bf16>(), Kc, N1};
   Out* o = out.data<Out>();
   if (N0 % kPanel == 0) {
     const PairWeights<RowPairs> w{lo, hi, N0};
-    return grouped_rows(a.A, a.M, Kc, o, ld, ld, g, goff, n, Addend{}, packer(w), nullptr, a.gather);
+    return grouped_rows(a, o, ld, ld, g, goff, n, Addend{}, packer(w));
   }
-  grouped_rows(a.A, a.M, Kc, o, ld, N0, g, goff, n, Addend{}, packer(lo), nullptr, a.gather);
-  grouped_rows(a.A, a.M, Kc, o + N0, ld, N1, g, goff, n, Addend{}, packer(hi), nullptr, a.gather);
+  grouped_rows(a, o, ld, N0, g, goff, n, Addend{}, packer(lo));
+  grouped_rows(a, o + N0, ld, N1, g, goff, n, Addend{}, packer(hi));
+}
+
+// The bf16 GEMMs by output dtype (f32 or bf16), for a plain or a gathered lhs.
+void gmm_bf16(const Rows& a, const Tensor& rhs, const GroupLayout& g, int64_t goff, Tensor& out) {
+  if (out.dtype() == DType::f32) return gmm_out<float>(a, rhs, g, goff, out);
+  gmm_out<bf16>(a, rhs, g, goff, out);
+}
+void gmm_pair_bf16(const Rows& a, const Tensor& rhs0, const Tensor& rhs1, const GroupLayout& g, int64_t goff,
+                   Tensor& out) {
+  if (out.dtype() == DType::f32) return gmm_pair_out<float>(a, rhs0, rhs1, g, goff, out);
+  gmm_pair_out<bf16>(a, rhs0, rhs1, g, goff, out);
 }
 
 template <class Out>
@@ -547,7 +559,7 @@ void dlhs_bf16(const Tensor& dout, const Tensor& rhs, const GroupLayout& g, int6
                const Tensor* addend) {
   const int64_t Kc = rhs.dim(1), N = rhs.dim(2);
   const TransposedPairs w{rhs.data<bf16>(), Kc, N};
-  grouped_rows(dout.data<bf16>(), dout.dim(0), N, dlhs.data<Out>(), Kc, Kc, g, goff, rhs.dim(0),
+  grouped_rows(rows_of(dout), dlhs.data<Out>(), Kc, Kc, g, goff, rhs.dim(0),
                addend ? Addend{addend->data<float>(), Kc} : Addend{}, packer(w));
 }
 
@@ -559,7 +571,7 @@ void dlhs_sum_bf16(const Tensor& dout0, const Tensor& rhs0, const Tensor& dout1,
                    const GroupLayout& g, int64_t goff, Tensor& dlhs) {
   const int64_t Kc = rhs0.dim(1), N = rhs0.dim(2);
   const TransposedPairs w0{rhs0.data<bf16>(), Kc, N}, w1{rhs1.data<bf16>(), Kc, N};
-  grouped_rows(dout0.data<bf16>(), dout0.dim(0), N, dlhs.data<Out>(), Kc, Kc, g, goff, rhs0.dim(0), Addend{},
+  grouped_rows(rows_of(dout0), dlhs.data<Out>(), Kc, Kc, g, goff, rhs0.dim(0), Addend{},
                SegmentWeights<TransposedPairs>{{w0}, {w1}}, dout1.data<bf16>());
 }
 
@@ -731,14 +743,12 @@ const kernels::Table& base() { return table_avx512_bf16(); }
 
 void gmm(const Tensor& lhs, const Tensor& rhs, const GroupLayout& g, int64_t goff, Tensor& out) {
   if (lhs.dtype() == DType::f32) return base().gmm(lhs, rhs, g, goff, out);
-  if (out.dtype() == DType::f32) return gmm_bf16<float>(rows_of(lhs), rhs, g, goff, out);
-  gmm_bf16<bf16>(rows_of(lhs), rhs, g, goff, out);
+  gmm_bf16(rows_of(lhs), rhs, g, goff, out);
 }
 void gmm_pair(const Tensor& lhs, const Tensor& rhs0, const Tensor& rhs1, const GroupLayout& g, int64_t goff,
               Tensor& out) {
   if (lhs.dtype() == DType::f32) return base().gmm_pair(lhs, rhs0, rhs1, g, goff, out);
-  if (out.dtype() == DType::f32) return gmm_pair_bf16<float>(rows_of(lhs), rhs0, rhs1, g, goff, out);
-  gmm_pair_bf16<bf16>(rows_of(lhs), rhs0, rhs1, g, goff, out);
+  gmm_pair_bf16(rows_of(lhs), rhs0, rhs1, g, goff, out);
 }
 void dlhs(const Tensor& dout, const Tensor& rhs, const GroupLayout& g, int64_t goff, Tensor& out) {
   if (dout.dtype() == DType::f32) return base().gmm_dlhs(dout, rhs, g, goff, out);
@@ -776,13 +786,11 @@ void drhs_acc(const Tensor& lhs, const Tensor& dout, const GroupLayout& g, int64
 // A gathered lhs (bf16; grouped_gemm.h's Lhs): the copies of A read its rows through the index.
 void gmm_gather(const Tensor& src, const Tensor& index, const Tensor& rhs, const GroupLayout& g, int64_t goff,
                 Tensor& out) {
-  if (out.dtype() == DType::f32) return gmm_bf16<float>(rows_of(src, index), rhs, g, goff, out);
-  gmm_bf16<bf16>(rows_of(src, index), rhs, g, goff, out);
+  gmm_bf16(rows_of(src, index), rhs, g, goff, out);
 }
 void gmm_pair_gather(const Tensor& src, const Tensor& index, const Tensor& rhs0, const Tensor& rhs1,
                      const GroupLayout& g, int64_t goff, Tensor& out) {
-  if (out.dtype() == DType::f32) return gmm_pair_bf16<float>(rows_of(src, index), rhs0, rhs1, g, goff, out);
-  gmm_pair_bf16<bf16>(rows_of(src, index), rhs0, rhs1, g, goff, out);
+  gmm_pair_bf16(rows_of(src, index), rhs0, rhs1, g, goff, out);
 }
 void drhs_gather(const Tensor& src, const Tensor& index, const Tensor& dout, const GroupLayout& g,
                  int64_t goff, Tensor& drhs, bool accumulate) {
