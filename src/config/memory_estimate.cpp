@@ -91,11 +91,12 @@ StepMinimum minimum_of(const Config& c, int64_t tokens, DType x_dtype, DType rou
   m.weight_copies =
       (sw != s || c.weight_dtype != c.dtype ? experts * s : 0) + (router_dtype != DType::f32 ? E * D * 4 : 0);
   m.gradients = (experts + E * D) * 4;
-  // The router's f32 input (x itself when x is f32 and the compute dtype is f32), logits and scores,
+  // x in the compute dtype, kept for the router's backward and the gathered rows (the caller's x
+  // itself when it is given in the compute dtype: counted in step_io), the router's logits and scores,
   // top-k ids, scores and weights; the permuted rows xs (or their index), the up projection h [R, 2F],
   // the gated a [R, F] and the expert outputs ys [R, D].
-  const bool x_is_router_input = x_dtype == DType::f32 && c.dtype == DType::f32;
-  m.saved = (x_is_router_input ? 0 : T * D * 4) + 2 * T * E * 4 + 3 * T * K * 4 +
+  const bool x_is_layer_input = x_dtype == c.dtype;
+  m.saved = (x_is_layer_input ? 0 : T * D * s) + 2 * T * E * 4 + 3 * T * K * 4 +
             (xs_written ? R * D * s : R * 4) + R * 2 * F * s + R * F * s + R * D * s;
   // x and dy as given, y in the compute dtype, dx (f32).
   m.step_io = T * D * sx * 2 + T * D * s + T * D * 4;
@@ -144,8 +145,7 @@ MemoryEstimate estimate_memory(const Config& c, int64_t tokens, int64_t ranks, b
 
   // One layer's forward, kept for its backward (LayerForward, the dist Chunk):
   const LD saved = T * D * s        // x in the compute dtype
-                   + E * D * 4      // the router kernel in f32
-                   + T * D * 4      // the router's f32 input
+                   + E * D * 4      // the router kernel in f32 (x above is the router's input too)
                    + 2 * T * E * 4  // logits, scores
                    + 3 * T * K * 4  // top-k ids, scores, weights
                    + 3 * R * 4      // routing: sorted ids, positions, group offsets
@@ -164,6 +164,7 @@ MemoryEstimate estimate_memory(const Config& c, int64_t tokens, int64_t ranks, b
                                               // is 2.5% above the estimate (docs/reliability.md)
                   + expert_weights * 4        // the experts' weight gradients (f32)
                   + E * D * 4                 // the router's gradient
+                  + (s < 4 ? T * D * 4 : 0)   // x widened to f32 for the router's backward (that call only)
                   + Tg * D * 4 + Tg * E * 4;  // dx, dz
   // The distributed layer's own buffers per layer: kept (the sorted received rows, or the gathered
   // tokens and routing) and, for one layer at a time, the transfers in flight.

@@ -132,7 +132,7 @@ LayerGrads DistLayer::backward(const DistForward& f, const Tensor& dy_in, const 
     Tensor dz = router_weights_backward(cfg_, f.router, dW);
     aux_backward(cfg_, f.router.logits, f.global, dz, aux);
     needed.router = Tensor(DType::f32, f.router_kernel.shape());
-    router_matmul_backward(f.router.x_f32, f.router_kernel, dz, needed.router, g.dx);
+    router_matmul_backward(f.router.x, f.router_kernel, dz, needed.router, g.dx);
   });
   ex.compute("AR:grad.router.kernel", [&] { needed.router = reduce_gradient(cfg_, mesh_, "router.kernel", needed.router, mode); });
   for (const Event& e : reduced) ex.wait(e);

@@ -173,7 +173,7 @@ LayerGrads backward_impl(const Config& cfg, const LayerForward& f, LayerForward*
   Tensor dz = router_weights_backward(cfg, f.router, dW);
   aux_backward(cfg, f.router.logits, f.aux, dz, aux);
   Tensor drouter(acc_dtype(cfg), f.router_kernel.shape());
-  router_matmul_backward(f.router.x_f32, f.router_kernel, dz, drouter, g.dx);
+  router_matmul_backward(f.router.x, f.router_kernel, dz, drouter, g.dx);
   if (acc) {
     float* a = g.weights.router.data<float>();
     const float* d = drouter.data<float>();

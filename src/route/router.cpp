@@ -84,8 +84,10 @@ RouterOutput router_forward_t(const Config& cfg, const Tensor& x, const Tensor& 
   const DType rt = dtype_of<Real>::value;
   if (forced) check_forced(*forced, T, K, E);
   RouterOutput r;
-  r.x_f32 = x.to(rt);
-  r.logits = router_logits(r.x_f32, kernel.to(rt));
+  // The logits read x widened exactly (bf16 -> f32); the widened copy lives for this call only: the
+  // backward widens x again rather than keep 4 bytes per element between the passes.
+  r.x = x;
+  r.logits = router_logits(x.to(rt), kernel.to(rt));
   r.scores = Tensor::empty(rt, {T, E});
   r.topk_idx = Tensor::empty(DType::i32, {T, K});
   r.topk_scores = Tensor::empty(rt, {T, K});
