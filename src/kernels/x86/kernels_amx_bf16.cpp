@@ -19,8 +19,8 @@
 // walks the reduction in slices of about kSliceSteps steps (slice_steps): it packs the slice of each of its
 // panels (16-24 KiB a panel, L1) and copies the slice of its rows of A tile-ready (per 32-row block and step,
 // each tile's 16 rows of 64 bytes contiguous; L2), then for each panel runs every row block against
-// it (C tiles reloaded from and stored to the task's f32 sums), so B is read from L1 and A from L2.
-// Tasks run a block of rows with each of its column blocks in turn; where the copy of the rows over
+// it (C tiles reloaded from and stored to its 4 KiB block of the task's f32 sums), so B is read from L1 and A
+// from L2. Tasks run a block of rows with each of its column blocks in turn; where the copy of the rows over
 // the whole reduction fits in 1 MiB it is made once, before the first slice, and the thread's next
 // tasks on the same rows read it again (each column block copied A anew: granite-1b's up.gmm at
 // 1,024 columns copied its A four times).
@@ -53,8 +53,16 @@ constexpr int64_t kSliceMax = 12;               // ... up to 12 where that avoid
 constexpr int64_t kSliceWords = kSliceMax * kStepWords * kPanel;    // room for a panel's slice: 24 KiB
 constexpr int64_t kTaskPanels = 8;                                  // panels per task (256 columns)
 constexpr int64_t kTaskPanelsKept = 4;  // ... where the task's copy of A is kept or A read in place
-constexpr int64_t kSumsLd = kTaskPanels * kPanel;                   // row stride of a task's f32 sums
 constexpr int64_t kTaskRowsMax = 512, kTaskRowsMin = 64;
+// A task's f32 sums: one contiguous 32 x 32 block (4 KiB, rows kSumsLd floats apart) per row block and
+// panel, block (m, pi) at (m * np + pi) * kBlockSums. Its C tiles are reloaded and stored once per
+// reduction slice; rows a task's width apart (1 KiB, as before) put a tile's 16 rows in 4 of L1's 64
+// sets: in a micro-benchmark of the tile loop a step took 21 ns with C kept in the tiles, 33 ns with
+// C reloaded every 8 steps from such rows, 30 from 4 KiB blocks; in the layer the steps of granite-1b
+// and granite-3b ran 1-5% faster (docs/benchmarks.md, "The tile sums in blocks").
+constexpr int64_t kSumsLd = kPanel;
+constexpr int64_t kBlockSums = kBlock * kSumsLd;
+constexpr int64_t kTaskSums = kTaskRowsMax / kBlock * kTaskPanels * kBlockSums;  // one segment's, per task
 constexpr int64_t kACopyStepBytes = 2 * 16 * kStepBytes;  // a row block's copy of A per tile step: two tiles
 constexpr int64_t kACopyStepWords = kACopyStepBytes / 4;
 // A task's copy of A for its whole reduction (every block, step and segment) is kept for the next
@@ -330,10 +338,10 @@ void amx_gemm(const std::vector<Problem>& probs, int64_t n_out, Out* out, int64_
     constexpr int64_t kBlockCopyWords = kSliceMax * kACopyStepWords;
     // A second segment's sums follow the first's (gmm_dlhs_sum).
     const int64_t nsums = probs.empty() || probs[0].a2 == nullptr ? 1 : 2;
-    uint32_t* buf = scratch(
-        size_t(nsums * kTaskRowsMax * kSumsLd + std::max(kBlocksMax * kBlockCopyWords, kKeptACopyWords)), 1);
+    uint32_t* buf =
+        scratch(size_t(nsums * kTaskSums + std::max(kBlocksMax * kBlockCopyWords, kKeptACopyWords)), 1);
     float* const sums0 = reinterpret_cast<float*>(buf);
-    uint32_t* acopy = buf + nsums * kTaskRowsMax * kSumsLd;
+    uint32_t* acopy = buf + nsums * kTaskSums;
     Tiles tiles;
     Prefetcher pf;
     int64_t kept_p = -1, kept_r0 = -1;  // the task whose whole copy of A is in acopy (none yet)
@@ -348,7 +356,7 @@ void amx_gemm(const std::vector<Problem>& probs, int64_t n_out, Out* out, int64_
       RowBlock blocks[kBlocksMax];
       for (int64_t m = 0; m < nb; ++m) blocks[m] = row_block(pr, t.r0 + m * kBlock, t.r1);
       if (S == 0)  // an empty reduction: zero sums
-        for (int64_t m = 0; m < nb; ++m) std::memset(sums0 + m * kBlock * kSumsLd, 0, kBlock * kSumsLd * 4);
+        std::memset(sums0, 0, size_t(nb * np * kBlockSums * 4));
       const int seg_n = pr.a2 ? 2 : 1;
       // Copies rows of A tile-ready: per block and tile step a tile's 16 rows of 64 bytes, contiguous
       // (read in place, rows a multiple of 4 KiB apart shared a few L2 sets: seed-mixtral's up.gmm
@@ -381,7 +389,7 @@ void amx_gemm(const std::vector<Problem>& probs, int64_t n_out, Out* out, int64_
       for (int seg = 0; seg < seg_n; ++seg)
         for (int64_t s0 = 0; s0 < S; s0 += slice) {
           const bf16* const A = seg == 0 ? pr.a : pr.a2;
-          float* const sums = sums0 + seg * kTaskRowsMax * kSumsLd;
+          float* const sums = sums0 + seg * kTaskSums;
           const bool last = s0 + slice >= S && seg == seg_n - 1;
           const int64_t s1 = std::min(S, s0 + slice), w0 = s0 * kStepWords, w1 = std::min(P, s1 * kStepWords);
           const int64_t packed = w1 - w0, rows_all = (s1 - s0) * kStepWords;
@@ -420,7 +428,7 @@ void amx_gemm(const std::vector<Problem>& probs, int64_t n_out, Out* out, int64_
                 a1 = reinterpret_cast<const std::byte*>(A + rb.w[1] * pr.lda) + s0 * kStepBytes;
                 lda = pr.lda * 2, a_step = kStepBytes;
               }
-              std::byte* c = reinterpret_cast<std::byte*>(sums + m * kBlock * kSumsLd + pi * kPanel);
+              std::byte* c = reinterpret_cast<std::byte*>(sums + (m * np + pi) * kBlockSums);
               if (rb.two)
                 run_block<true>(a0, a1, lda, a_step, s1 - s0, b, c, kSumsLd * 4, s0 == 0, pf);
               else
@@ -429,7 +437,7 @@ void amx_gemm(const std::vector<Problem>& probs, int64_t n_out, Out* out, int64_
               if (last)
                 emit(pr, rb, reinterpret_cast<const float*>(c), c0 + pi * kPanel,
                      std::min(kPanel, n_out - c0 - pi * kPanel),
-                     seg == 1 ? sums0 + m * kBlock * kSumsLd + pi * kPanel : nullptr);
+                     seg == 1 ? sums0 + (m * np + pi) * kBlockSums : nullptr);
             }
           }
         }
@@ -437,8 +445,7 @@ void amx_gemm(const std::vector<Problem>& probs, int64_t n_out, Out* out, int64_
         for (int64_t m = 0; m < nb; ++m)
           for (int64_t pi = 0; pi < np; ++pi) {
             const int64_t c = c0 + pi * kPanel;
-            emit(pr, blocks[m], sums0 + m * kBlock * kSumsLd + pi * kPanel, c, std::min(kPanel, n_out - c),
-                 nullptr);
+            emit(pr, blocks[m], sums0 + (m * np + pi) * kBlockSums, c, std::min(kPanel, n_out - c), nullptr);
           }
     }
     if (stream) V::fence();  // the streamed rows are visible before the task reports done
