@@ -161,6 +161,30 @@ TEST(LayerMemory, PeakIsWithinAQuarterOfTheMinimum) {
   EXPECT_LE(double(accumulated), 1.25 * double(m.total()));
 }
 
+// The tensors a forward keeps for its backward are step_minimum's saved terms plus y and a few
+// bytes (the group sizes: 64 B here): in particular the router keeps x in the compute dtype, not an
+// f32 copy of it (T * D * 4 = 64 KiB here; such a copy fails this test), at every level.
+TEST(LayerMemory, ForwardKeepsTheMinimumsSavedTensors) {
+  Config c = config_of(kLayouts[2]);  // bf16 compute, bf16 weights: no weight copies
+  const int64_t T = 256, D = c.emb_dim;
+  const LayerWeights w = init_weights(c, 1);
+  const Tensor x = testing::uniform({T, D}, 2).to(DType::bf16);  // given in the compute dtype
+  for (Isa isa : {Isa::reference, Isa::avx512_bf16, Isa::amx_bf16}) {
+    if (!isa_supported(isa)) continue;
+    ScopedIsa level(isa);
+    const TensorMemoryStats before = reset_tensor_memory_peak();
+    LayerOutputs o;
+    auto f = layer_forward(c, w, x, nullptr, o);
+    const int64_t kept = tensor_memory_stats().current_bytes - before.current_bytes;
+    const StepMinimum m = step_minimum(c, T, DType::bf16, w.router.dtype());
+    const long double over = (long double)kept - m.saved - m.weight_copies - (long double)(T * D * 2);
+    std::printf("%s: kept %lld B, minimum's saved %.0Lf B, over %.0Lf B\n", isa_name(isa), (long long)kept,
+                m.saved, over);
+    EXPECT_GE(over, 0.0L) << isa_name(isa);
+    EXPECT_LE(over, 1024.0L) << isa_name(isa) << ": the forward keeps more than the minimum's tensors";
+  }
+}
+
 TEST(LayerMemory, MinimumTermsFollowTheShapes) {
   Config c = config_of(kLayouts[1]);
   const int64_t T = 10, E = 8, K = 2, D = 64, F = 48, R = T * K;
