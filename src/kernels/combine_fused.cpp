@@ -44,13 +44,19 @@ void backward_typed(const Tensor& dy, const Tensor& ys, const Tensor& w, const R
   const float* W = w.data<float>();
   T* DS = dys.data<T>();
   float* DW = dw.data<float>();
+  // Per token, dw[t, k] = dot(dy[t], ys[row]) and dys[row] = scale(w[t, k], dy[t]) for its K rows in one
+  // pass over dy[t] (rows::dot_scale: the bits of the two calls per row, the reference's).
   parallel_for(rt.tokens, rows::row_grain((K + 1) * D * int64_t(sizeof(T)), 16), [&](int64_t b, int64_t e) {
-    for (int64_t t = b; t < e; ++t)
+    std::vector<const T*> src(static_cast<size_t>(K));
+    std::vector<T*> dst(static_cast<size_t>(K));
+    for (int64_t t = b; t < e; ++t) {
       for (int64_t k = 0; k < K; ++k) {
-        const int64_t s = t * K + k, row = rt.inv[size_t(s)];
-        DW[s] = rows::dot(DY + t * D, S + row * D, D);
-        rows::scale(W[s], DY + t * D, DS + row * D, D);
+        const int64_t row = rt.inv[size_t(t * K + k)];
+        src[size_t(k)] = S + row * D;
+        dst[size_t(k)] = DS + row * D;
       }
+      rows::dot_scale(DY + t * D, src.data(), W + t * K, dst.data(), DW + t * K, K, D);
+    }
   });
 }
 

@@ -45,6 +45,15 @@ float loop_dot(const S* a, const S* b, int64_t D) {
   for (; d < D; ++d) s += f32_of(a[d]) * f32_of(b[d]);
   return s;
 }
+// dots[k] = loop_dot(dy, src[k]) and dst[k] = loop_scale(w[k], dy), k = 0..K-1.
+template <class T>
+void loop_dot_scale(const T* dy, const T* const* src, const float* w, T* const* dst, float* dots, int64_t K,
+                    int64_t D) {
+  for (int64_t k = 0; k < K; ++k) {
+    dots[k] = loop_dot(dy, src[k], D);
+    loop_scale(w[k], dy, dst[k], D);
+  }
+}
 void loop_f32_to_bf16(const float* s, bf16* d, int64_t n) {
   for (int64_t i = 0; i < n; ++i) d[i] = to_bf16(s[i]);
 }
@@ -136,6 +145,8 @@ Table portable_table(Isa isa) {
   t.scale_f = loop_scale<float>;
   t.dot_b = loop_dot<bf16>;
   t.dot_f = loop_dot<float>;
+  t.dot_scale_b = loop_dot_scale<bf16>;
+  t.dot_scale_f = loop_dot_scale<float>;
   t.f32_to_bf16 = loop_f32_to_bf16;
   t.bf16_to_f32 = loop_bf16_to_f32;
   t.act_forward_f = loop_act_forward;

@@ -26,6 +26,14 @@ void scale(float w, const bf16* src, bf16* dst, int64_t D) { kernels::table().sc
 void scale(float w, const float* src, float* dst, int64_t D) { kernels::table().scale_f(w, src, dst, D); }
 float dot(const bf16* a, const bf16* b, int64_t D) { return kernels::table().dot_b(a, b, D); }
 float dot(const float* a, const float* b, int64_t D) { return kernels::table().dot_f(a, b, D); }
+void dot_scale(const bf16* dy, const bf16* const* src, const float* w, bf16* const* dst, float* dots,
+               int64_t K, int64_t D) {
+  kernels::table().dot_scale_b(dy, src, w, dst, dots, K, D);
+}
+void dot_scale(const float* dy, const float* const* src, const float* w, float* const* dst, float* dots,
+               int64_t K, int64_t D) {
+  kernels::table().dot_scale_f(dy, src, w, dst, dots, K, D);
+}
 void store_row(const float* acc, bf16* dst, int64_t D) { kernels::table().f32_to_bf16(acc, dst, D); }
 void store_row(const float* acc, float* dst, int64_t D) { std::memcpy(dst, acc, size_t(D) * sizeof(float)); }
 

@@ -45,6 +45,13 @@ void scale(float w, const float* src, float* dst, int64_t D);
 float dot(const bf16* a, const bf16* b, int64_t D);
 float dot(const float* a, const float* b, int64_t D);
 
+// The combine's backward for one token: dots[k] = dot(dy, src[k]) and dst[k] = scale(w[k], dy) for
+// k = 0..K-1, the bits of those calls, in one pass over dy.
+void dot_scale(const bf16* dy, const bf16* const* src, const float* w, bf16* const* dst, float* dots,
+               int64_t K, int64_t D);
+void dot_scale(const float* dy, const float* const* src, const float* w, float* const* dst, float* dots,
+               int64_t K, int64_t D);
+
 // dst[d] = round_O(sum_k w[k] * src[k][d]): the sum in f32 from 0, k = 0..K-1
 // in order, each term a rounded product (the bits of filling an f32 row with
 // 0, axpy_f32 of each source, store_row). At the x86 levels one pass with the

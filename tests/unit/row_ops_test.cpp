@@ -160,6 +160,50 @@ void check_dot_scale() {
 TEST_P(RowOps, DotAndScaleBf16MatchContract) { check_dot_scale<bf16>(); }
 TEST_P(RowOps, DotAndScaleF32MatchContract) { check_dot_scale<float>(); }
 
+// dot_scale (the fused combine's backward, K rows of a token in one pass) gives the bits of dot and
+// scale called row by row, for row counts around its groups of rows and lengths with tails.
+template <class T>
+void check_dot_scale_rows() {
+  for (int64_t K : {1, 2, 3, 4, 5, 8, 9, 17})
+    for (int64_t D : {1, 7, 16, 17, 33, 100, 1031}) {
+      std::vector<T> dy = row_values<T>(D, uint32_t(D * 31 + K));
+      for (T& x : dy)
+        if (!std::isfinite(load_f32(x))) x = store_as<T>(-2.5f);
+      const size_t n = static_cast<size_t>(K);
+      std::vector<std::vector<T>> src(n), got(n), want(n);
+      std::vector<const T*> sp(n);
+      std::vector<T*> gp(n);
+      std::vector<float> w(n), dots(n, -1.0f);
+      for (int64_t k = 0; k < K; ++k) {
+        src[size_t(k)] = row_values<T>(D, uint32_t(D + 100 * k + 5));
+        got[size_t(k)].assign(size_t(D) + 32, store_as<T>(-7.0f));
+        want[size_t(k)].assign(size_t(D), store_as<T>(0.0f));
+        sp[size_t(k)] = src[size_t(k)].data();
+        gp[size_t(k)] = got[size_t(k)].data() + 16;
+        w[size_t(k)] = 0.25f * float(k) - 1.3f;
+      }
+      rows::dot_scale(dy.data(), sp.data(), w.data(), gp.data(), dots.data(), K, D);
+      for (int64_t k = 0; k < K; ++k) {
+        const float want_dot = rows::dot(dy.data(), src[size_t(k)].data(), D);
+        ASSERT_TRUE(bits_of(dots[size_t(k)]) == bits_of(want_dot) ||
+                    (std::isnan(dots[size_t(k)]) && std::isnan(want_dot)))
+            << "K=" << K << " D=" << D << " k=" << k;
+        rows::scale(w[size_t(k)], dy.data(), want[size_t(k)].data(), D);
+        for (int64_t d = 0; d < D; ++d)
+          ASSERT_EQ(bits_of(got[size_t(k)][size_t(16 + d)]), bits_of(want[size_t(k)][size_t(d)]))
+              << "K=" << K << " D=" << D << " k=" << k << " d=" << d;
+        for (int64_t i = 0; i < 16; ++i) {
+          ASSERT_EQ(bits_of(got[size_t(k)][size_t(i)]), bits_of(store_as<T>(-7.0f))) << "guard before";
+          ASSERT_EQ(bits_of(got[size_t(k)][size_t(16 + D + i)]), bits_of(store_as<T>(-7.0f)))
+              << "guard after";
+        }
+      }
+    }
+}
+
+TEST_P(RowOps, DotScaleRowsAreDotAndScaleBf16) { check_dot_scale_rows<bf16>(); }
+TEST_P(RowOps, DotScaleRowsAreDotAndScaleF32) { check_dot_scale_rows<float>(); }
+
 // The level's f32 -> bf16 row cast against moe::to_bf16: 2^20 f32 bit patterns spread over every
 // exponent (denormals, infinities and NaN included; the levels with AVX-512 BF16 round with
 // VCVTNEPS2BF16 except in vectors with a denormal lane), in rows whose lengths leave tails.

@@ -80,6 +80,46 @@ float dot(const S* a, const S* b, int64_t D) {
   for (; d < D; ++d) s += load_f32(a[d]) * load_f32(b[d]);
   return s;
 }
+// The combine's backward for one token: dots[k] = dot(dy, src[k]) and dst[k] = scale(w[k], dy), the
+// bits of those two, for kR rows at a time in one pass over dy: dy is read once per group of rows and
+// the rows' dot chains (each a dependent add per 16 elements) run side by side.
+template <class V, class T>
+void dot_scale(const T* dy, const T* const* src, const float* w, T* const* dst, float* dots, int64_t K,
+               int64_t D) {
+  using F = typename V::F;
+  constexpr int kV = 16 / V::L;  // vectors of dot's 16 lanes
+  constexpr int kR = 8 / kV;     // rows at a time: 8 accumulators
+  for (int64_t k0 = 0; k0 < K; k0 += kR) {
+    const int nr = int(std::min<int64_t>(kR, K - k0));
+    F acc[kR][kV], wv[kR];
+    for (int r = 0; r < nr; ++r) {
+      wv[r] = V::set1(w[k0 + r]);
+      for (int v = 0; v < kV; ++v) acc[r][v] = V::zero();
+    }
+    int64_t d = 0;
+    for (; d + 16 <= D; d += 16)
+      for (int v = 0; v < kV; ++v) {
+        const F x = load_row<V>(dy + d + V::L * v, V::L);
+        for (int r = 0; r < nr; ++r) {
+          acc[r][v] = V::add(acc[r][v], V::mul(x, load_row<V>(src[k0 + r] + d + V::L * v, V::L)));
+          store_row<V>(dst[k0 + r] + d + V::L * v, V::mul(wv[r], x), V::L);
+        }
+      }
+    for (int64_t e = d; e < D; e += V::L) {  // the scale's tail (masked)
+      const F x = load_row<V>(dy + e, D - e);
+      for (int r = 0; r < nr; ++r) store_row<V>(dst[k0 + r] + e, V::mul(wv[r], x), D - e);
+    }
+    for (int r = 0; r < nr; ++r) {
+      alignas(64) float lane[16];
+      for (int v = 0; v < kV; ++v) V::store(lane + V::L * v, acc[r][v]);
+      float s = 0.0f;
+      for (int j = 0; j < 16; ++j) s += lane[j];
+      for (int64_t e = d; e < D; ++e) s += load_f32(dy[e]) * load_f32(src[k0 + r][e]);
+      dots[k0 + r] = s;
+    }
+  }
+}
+
 // dst = round_T(w * src), element by element.
 template <class V, class T>
 void scale(float w, const T* src, T* dst, int64_t D) {
@@ -115,6 +155,8 @@ kernels::Table level_table(Isa isa) {
   t.dot_f = dot<V, float>;
   t.scale_b = scale<V, bf16>;
   t.scale_f = scale<V, float>;
+  t.dot_scale_b = dot_scale<V, bf16>;
+  t.dot_scale_f = dot_scale<V, float>;
   t.f32_to_bf16 = cast_f32_to_bf16<V>;
   t.bf16_to_f32 = cast_bf16_to_f32<V>;
   return t;
