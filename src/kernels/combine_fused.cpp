@@ -47,15 +47,23 @@ void backward_typed(const Tensor& dy, const Tensor& ys, const Tensor& w, const R
   // Per token, dw[t, k] = dot(dy[t], ys[row]) and dys[row] = scale(w[t, k], dy[t]) for its K rows in one
   // pass over dy[t] (rows::dot_scale: the bits of the two calls per row, the reference's).
   parallel_for(rt.tokens, rows::row_grain((K + 1) * D * int64_t(sizeof(T)), 16), [&](int64_t b, int64_t e) {
-    std::vector<const T*> src(static_cast<size_t>(K));
-    std::vector<T*> dst(static_cast<size_t>(K));
-    for (int64_t t = b; t < e; ++t) {
+    // Token t's rows in slots [0, K), the next token's (prefetched as t runs) in [K, 2K).
+    std::vector<const T*> src(static_cast<size_t>(2 * K));
+    std::vector<T*> dst(static_cast<size_t>(2 * K));
+    auto rows_of = [&](int64_t t, int64_t at) {
       for (int64_t k = 0; k < K; ++k) {
         const int64_t row = rt.inv[size_t(t * K + k)];
-        src[size_t(k)] = S + row * D;
-        dst[size_t(k)] = DS + row * D;
+        src[size_t(at + k)] = S + row * D;
+        dst[size_t(at + k)] = DS + row * D;
       }
-      rows::dot_scale(DY + t * D, src.data(), W + t * K, dst.data(), DW + t * K, K, D);
+    };
+    rows_of(b, 0);
+    for (int64_t t = b; t < e; ++t) {
+      rows_of(std::min(t + 1, e - 1), K);
+      rows::dot_scale(DY + t * D, src.data(), W + t * K, dst.data(), DW + t * K, K, D, src.data() + K,
+                      dst.data() + K);
+      std::copy(src.begin() + K, src.end(), src.begin());
+      std::copy(dst.begin() + K, dst.end(), dst.begin());
     }
   });
 }

@@ -75,10 +75,12 @@ struct Table {
   void (*scale_f)(float, const float*, float*, int64_t);
   float (*dot_b)(const bf16*, const bf16*, int64_t);
   float (*dot_f)(const float*, const float*, int64_t);
-  // The combine's backward for one token: dots[k] = dot(dy, src[k]), dst[k] = scale(w[k], dy).
-  void (*dot_scale_b)(const bf16*, const bf16* const*, const float*, bf16* const*, float*, int64_t, int64_t);
+  // The combine's backward for one token: dots[k] = dot(dy, src[k]), dst[k] = scale(w[k], dy); the
+  // next token's rows (optional) prefetched.
+  void (*dot_scale_b)(const bf16*, const bf16* const*, const float*, bf16* const*, float*, int64_t, int64_t,
+                      const bf16* const*, bf16* const*);
   void (*dot_scale_f)(const float*, const float* const*, const float*, float* const*, float*, int64_t,
-                      int64_t);
+                      int64_t, const float* const*, float* const*);
   // Casts of contiguous rows: f32 -> bf16 (round to nearest even, as to_bf16) and back.
   void (*f32_to_bf16)(const float*, bf16*, int64_t);
   void (*bf16_to_f32)(const bf16*, float*, int64_t);

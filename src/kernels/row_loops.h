@@ -48,7 +48,7 @@ float loop_dot(const S* a, const S* b, int64_t D) {
 // dots[k] = loop_dot(dy, src[k]) and dst[k] = loop_scale(w[k], dy), k = 0..K-1.
 template <class T>
 void loop_dot_scale(const T* dy, const T* const* src, const float* w, T* const* dst, float* dots, int64_t K,
-                    int64_t D) {
+                    int64_t D, const T* const*, T* const*) {
   for (int64_t k = 0; k < K; ++k) {
     dots[k] = loop_dot(dy, src[k], D);
     loop_scale(w[k], dy, dst[k], D);

@@ -27,12 +27,12 @@ void scale(float w, const float* src, float* dst, int64_t D) { kernels::table().
 float dot(const bf16* a, const bf16* b, int64_t D) { return kernels::table().dot_b(a, b, D); }
 float dot(const float* a, const float* b, int64_t D) { return kernels::table().dot_f(a, b, D); }
 void dot_scale(const bf16* dy, const bf16* const* src, const float* w, bf16* const* dst, float* dots,
-               int64_t K, int64_t D) {
-  kernels::table().dot_scale_b(dy, src, w, dst, dots, K, D);
+               int64_t K, int64_t D, const bf16* const* next_src, bf16* const* next_dst) {
+  kernels::table().dot_scale_b(dy, src, w, dst, dots, K, D, next_src, next_dst);
 }
 void dot_scale(const float* dy, const float* const* src, const float* w, float* const* dst, float* dots,
-               int64_t K, int64_t D) {
-  kernels::table().dot_scale_f(dy, src, w, dst, dots, K, D);
+               int64_t K, int64_t D, const float* const* next_src, float* const* next_dst) {
+  kernels::table().dot_scale_f(dy, src, w, dst, dots, K, D, next_src, next_dst);
 }
 void store_row(const float* acc, bf16* dst, int64_t D) { kernels::table().f32_to_bf16(acc, dst, D); }
 void store_row(const float* acc, float* dst, int64_t D) { std::memcpy(dst, acc, size_t(D) * sizeof(float)); }

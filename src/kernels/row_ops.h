@@ -46,11 +46,13 @@ float dot(const bf16* a, const bf16* b, int64_t D);
 float dot(const float* a, const float* b, int64_t D);
 
 // The combine's backward for one token: dots[k] = dot(dy, src[k]) and dst[k] = scale(w[k], dy) for
-// k = 0..K-1, the bits of those calls, in one pass over dy.
+// k = 0..K-1, the bits of those calls, in one pass over dy. `next_src` / `next_dst` (optional, K rows
+// each, both or neither): the next call's rows, prefetched (to read / to write) as this one runs.
 void dot_scale(const bf16* dy, const bf16* const* src, const float* w, bf16* const* dst, float* dots,
-               int64_t K, int64_t D);
+               int64_t K, int64_t D, const bf16* const* next_src = nullptr, bf16* const* next_dst = nullptr);
 void dot_scale(const float* dy, const float* const* src, const float* w, float* const* dst, float* dots,
-               int64_t K, int64_t D);
+               int64_t K, int64_t D, const float* const* next_src = nullptr,
+               float* const* next_dst = nullptr);
 
 // dst[d] = round_O(sum_k w[k] * src[k][d]): the sum in f32 from 0, k = 0..K-1
 // in order, each term a rounded product (the bits of filling an f32 row with

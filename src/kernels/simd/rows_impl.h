@@ -82,10 +82,12 @@ float dot(const S* a, const S* b, int64_t D) {
 }
 // The combine's backward for one token: dots[k] = dot(dy, src[k]) and dst[k] = scale(w[k], dy), the
 // bits of those two, for kR rows at a time in one pass over dy: dy is read once per group of rows and
-// the rows' dot chains (each a dependent add per 16 elements) run side by side.
+// the rows' dot chains (each a dependent add per 16 elements) run side by side. `next_src` /
+// `next_dst` (optional, K rows each): the next token's rows, a line of each per 64 bytes of this
+// one's, prefetched to read and to write.
 template <class V, class T>
 void dot_scale(const T* dy, const T* const* src, const float* w, T* const* dst, float* dots, int64_t K,
-               int64_t D) {
+               int64_t D, const T* const* next_src, T* const* next_dst) {
   using F = typename V::F;
   constexpr int kV = 16 / V::L;  // vectors of dot's 16 lanes
   constexpr int kR = 8 / kV;     // rows at a time: 8 accumulators
@@ -97,7 +99,12 @@ void dot_scale(const T* dy, const T* const* src, const float* w, T* const* dst, 
       for (int v = 0; v < kV; ++v) acc[r][v] = V::zero();
     }
     int64_t d = 0;
-    for (; d + 16 <= D; d += 16)
+    for (; d + 16 <= D; d += 16) {
+      if (next_src && (d * int64_t(sizeof(T))) % 64 == 0)
+        for (int r = 0; r < nr; ++r) {
+          __builtin_prefetch(next_src[k0 + r] + d, 0, 3);
+          __builtin_prefetch(next_dst[k0 + r] + d, 1, 3);
+        }
       for (int v = 0; v < kV; ++v) {
         const F x = load_row<V>(dy + d + V::L * v, V::L);
         for (int r = 0; r < nr; ++r) {
@@ -105,6 +112,7 @@ void dot_scale(const T* dy, const T* const* src, const float* w, T* const* dst, 
           store_row<V>(dst[k0 + r] + d + V::L * v, V::mul(wv[r], x), V::L);
         }
       }
+    }
     for (int64_t e = d; e < D; e += V::L) {  // the scale's tail (masked)
       const F x = load_row<V>(dy + e, D - e);
       for (int r = 0; r < nr; ++r) store_row<V>(dst[k0 + r] + e, V::mul(wv[r], x), D - e);
