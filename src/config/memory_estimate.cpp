@@ -154,17 +154,17 @@ MemoryEstimate estimate_memory(const Config& c, int64_t tokens, int64_t ranks, b
                    + Rf * D * s      // expert outputs ys
                    + T * D * s;      // the layer output y
   // One layer's backward at its peak (layer_backward, ffn_backward_data, ffn_weight_grads):
-  const LD work = T * D * s                   // dy in the compute dtype
-                  + Rf * D * s * 2            // dys, dxs
-                  + Tg * K * 4                // d(weights)
-                  + Rf * 3 * F * s            // da, dh0, dh1
-                  + Rf * D * 4 * 2            // the f32 partial input gradient p0 (the second product is
-                                              // added to it in the tiles since 2026-12-05) and one more
-                                              // [R, D] f32: with p0 alone the bf16 layer's measured peak
-                                              // is 2.5% above the estimate (docs/reliability.md)
-                  + expert_weights * 4        // the experts' weight gradients (f32)
-                  + E * D * 4                 // the router's gradient
-                  + (s < 4 ? T * D * 4 : 0)   // x widened to f32 for the router's backward (that call only)
+  const LD work = T * D * s             // dy in the compute dtype
+                  + Rf * D * s * 2      // dys, dxs
+                  + Tg * K * 4          // d(weights)
+                  + Rf * 3 * F * s      // da, dh0, dh1
+                  + Rf * D * 4 * 2      // the f32 partial input gradient p0 (the second product is
+                                        // added to it in the tiles since 2026-12-05) and one more
+                                        // [R, D] f32: with p0 alone the bf16 layer's measured peak
+                                        // is 2.5% above the estimate (docs/reliability.md)
+                  + expert_weights * 4  // the experts' weight gradients (f32)
+                  + E * D * 4           // the router's gradient
+                  + T * D * 4           // x^T in f32, packed by the router's kernel gradient (that call only)
                   + Tg * D * 4 + Tg * E * 4;  // dx, dz
   // The distributed layer's own buffers per layer: kept (the sorted received rows, or the gathered
   // tokens and routing) and, for one layer at a time, the transfers in flight.

@@ -22,10 +22,12 @@ void check_groups(const char* op, const GroupLayout& groups, int64_t goff, const
   if (groups.total() > rows) fail("[", op, "] groups hold ", groups.total(), " rows but the input has ", rows);
 }
 
-void check_float_pair(const char* op, DType a, const Tensor& b) {
+// `mixed`: the op also takes a bf16 lhs with an f32 second operand (gmm's weights, gmm_drhs's dout).
+void check_float_pair(const char* op, DType a, const Tensor& b, bool mixed = false) {
+  if (mixed && a == DType::bf16 && b.dtype() == DType::f32) return;
   if (a != b.dtype() || (a != DType::f32 && a != DType::bf16 && a != DType::f64))
     fail("[", op, "] inputs must both be f32, both bf16 or both f64, got ", dtype_name(a), " and ",
-         dtype_name(b.dtype()));
+         dtype_name(b.dtype()), mixed ? " (a bf16 lhs with f32 is also taken)" : "");
 }
 
 // f64 inputs give f64 outputs only (the accumulator type).
@@ -61,13 +63,13 @@ void check_lhs(const char* op, const Lhs& lhs) {
 void check_gmm(const Lhs& lhs, const Tensor& rhs, const GroupLayout& groups, int64_t goff,
                const Tensor& out) {
   check_lhs("gmm", lhs);
-  check_float_pair("gmm", lhs.dtype(), rhs);
+  check_float_pair("gmm", lhs.dtype(), rhs, /*mixed=*/true);
   if (rhs.ndim() != 3 || rhs.dim(1) != lhs.cols())
     fail("[gmm] expected lhs [M, Kc] and rhs [G, Kc, N], got ", lhs_str(lhs), " and ",
          shape_str(rhs.shape()));
   check_groups("gmm", groups, goff, rhs, lhs.rows());
   expect_shape(out, {lhs.rows(), rhs.dim(2)}, "[gmm] out");
-  check_out_dtype("gmm", lhs.dtype(), out);
+  check_out_dtype("gmm", rhs.dtype() == DType::f32 ? DType::f32 : lhs.dtype(), out);
 }
 
 void check_gmm_pair(const Lhs& lhs, const Tensor& rhs0, const Tensor& rhs1, const GroupLayout& groups,
@@ -106,9 +108,9 @@ void check_gmm_dlhs_add(const Tensor& dout, const Tensor& rhs, const GroupLayout
 }
 
 void check_gmm_drhs(const Lhs& lhs, const Tensor& dout, const GroupLayout& groups, int64_t goff,
-                    const Tensor& drhs) {
+                    const Tensor& drhs, bool mixed) {
   check_lhs("gmm_drhs", lhs);
-  check_float_pair("gmm_drhs", lhs.dtype(), dout);
+  check_float_pair("gmm_drhs", lhs.dtype(), dout, mixed);
   if (dout.ndim() != 2 || lhs.rows() != dout.dim(0) || drhs.ndim() != 3)
     fail("[gmm_drhs] expected lhs [M, Kc], dout [M, N], drhs [G, Kc, N], got ", lhs_str(lhs), ", ",
          shape_str(dout.shape()), ", ", shape_str(drhs.shape()));
@@ -136,10 +138,11 @@ Tensor Lhs::materialized() const {
 }
 
 namespace {
-// The active level's gathering kernels for this lhs (null: materialize the rows for the call).
-const kernels::GatherTable* gathering(const Lhs& lhs) {
+// The active level's gathering kernels for this lhs and the call's other operand (null: materialize
+// the rows for the call; a bf16 lhs with f32 weights or dout is never gathered by the kernels).
+const kernels::GatherTable* gathering(const Lhs& lhs, const Tensor& other) {
   const kernels::GatherTable* t = kernels::table().gather;
-  return lhs.gathered() && lhs.dtype() == DType::bf16 ? t : nullptr;
+  return lhs.gathered() && lhs.dtype() == DType::bf16 && other.dtype() == DType::bf16 ? t : nullptr;
 }
 }  // namespace
 
@@ -147,7 +150,7 @@ bool gathers_lhs(DType dtype) { return dtype == DType::bf16 && kernels::table().
 
 void gmm(const Lhs& lhs, const Tensor& rhs, const GroupLayout& g, int64_t o, Tensor& out) {
   detail::check_gmm(lhs, rhs, g, o, out);
-  if (const kernels::GatherTable* t = gathering(lhs)) return t->gmm(lhs.src, lhs.index, rhs, g, o, out);
+  if (const kernels::GatherTable* t = gathering(lhs, rhs)) return t->gmm(lhs.src, lhs.index, rhs, g, o, out);
   const Tensor rows = lhs.materialized();
   if (rows.dtype() == DType::f64) return reference::gmm(rows, rhs, g, o, out);  // f64: reference level only
   kernels::table().gmm(rows, rhs, g, o, out);
@@ -156,7 +159,7 @@ void gmm(const Lhs& lhs, const Tensor& rhs, const GroupLayout& g, int64_t o, Ten
 void gmm_pair(const Lhs& lhs, const Tensor& rhs0, const Tensor& rhs1, const GroupLayout& g, int64_t o,
               Tensor& out) {
   detail::check_gmm_pair(lhs, rhs0, rhs1, g, o, out);
-  if (const kernels::GatherTable* t = gathering(lhs))
+  if (const kernels::GatherTable* t = gathering(lhs, rhs0))
     return t->gmm_pair(lhs.src, lhs.index, rhs0, rhs1, g, o, out);
   const Tensor rows = lhs.materialized();
   if (rows.dtype() == DType::f64) return reference::gmm_pair(rows, rhs0, rhs1, g, o, out);
@@ -177,8 +180,8 @@ void gmm_dlhs_add(const Tensor& dout, const Tensor& rhs, const GroupLayout& g, i
 }
 
 void gmm_drhs(const Lhs& lhs, const Tensor& dout, const GroupLayout& g, int64_t o, Tensor& drhs) {
-  detail::check_gmm_drhs(lhs, dout, g, o, drhs);
-  if (const kernels::GatherTable* t = gathering(lhs))
+  detail::check_gmm_drhs(lhs, dout, g, o, drhs, /*mixed=*/true);
+  if (const kernels::GatherTable* t = gathering(lhs, dout))
     return t->gmm_drhs(lhs.src, lhs.index, dout, g, o, drhs, false);
   const Tensor rows = lhs.materialized();
   if (rows.dtype() == DType::f64) return reference::gmm_drhs(rows, dout, g, o, drhs);
@@ -188,7 +191,7 @@ void gmm_drhs(const Lhs& lhs, const Tensor& dout, const GroupLayout& g, int64_t 
 void gmm_drhs_acc(const Lhs& lhs, const Tensor& dout, const GroupLayout& g, int64_t o, Tensor& acc) {
   if (lhs.dtype() == DType::f64) fail("[gmm_drhs_acc] f64 inputs: accumulation is f32 only");
   detail::check_gmm_drhs(lhs, dout, g, o, acc);
-  if (const kernels::GatherTable* t = gathering(lhs))
+  if (const kernels::GatherTable* t = gathering(lhs, dout))
     return t->gmm_drhs(lhs.src, lhs.index, dout, g, o, acc, true);
   kernels::drhs_acc_of(kernels::table(), lhs.materialized(), dout, g, o, acc);
 }
@@ -212,7 +215,7 @@ void gmm_drhs_pair(const Lhs& in, const Tensor& dout0, const Tensor& dout1, cons
   if (accumulate && in.dtype() == DType::f64) fail("[gmm_drhs_acc] f64 inputs: accumulation is f32 only");
   detail::check_gmm_drhs(in, dout0, g, o, out0);
   detail::check_gmm_drhs(in, dout1, g, o, out1);
-  if (const kernels::GatherTable* t = gathering(in))
+  if (const kernels::GatherTable* t = gathering(in, dout0))
     return t->gmm_drhs_pair(in.src, in.index, dout0, dout1, g, o, out0, out1, accumulate);
   const Tensor lhs = in.materialized();
   if (lhs.dtype() == DType::f64) {

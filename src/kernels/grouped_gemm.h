@@ -7,7 +7,10 @@
 // layout calls twice with half the experts each).
 //
 // Contract shared by every implementation (reference twin and fast ones):
-//  - accumulation is f32; inputs are f32 or bf16 (lhs and rhs the same type);
+//  - accumulation is f32; inputs are f32 or bf16 (lhs and rhs the same type),
+//    or, for gmm and gmm_drhs only, a bf16 lhs with f32 weights / f32 dout and
+//    an f32 output (the router's GEMMs on the layer's bf16 x): bit for bit the
+//    f32 op on the lhs widened (exact), at every level, without a widened copy;
 //    outputs are rounded (RNE) to the output type once, at the end. f64 inputs
 //    (the double path of an f64 layer) always run the reference twin, with f64
 //    accumulation and f64 outputs (drhs too), whatever the active level.

@@ -18,8 +18,9 @@ void check_gmm_dlhs(const Tensor& dout, const Tensor& rhs, const GroupLayout& gr
                     const Tensor& dlhs);
 void check_gmm_dlhs_add(const Tensor& dout, const Tensor& rhs, const GroupLayout& groups,
                         int64_t group_offset, const Tensor& addend, const Tensor& dlhs);
+// mixed: also a bf16 lhs with an f32 dout (gmm_drhs only; gmm_drhs_acc and gmm_drhs_pair take one dtype).
 void check_gmm_drhs(const Lhs& lhs, const Tensor& dout, const GroupLayout& groups, int64_t group_offset,
-                    const Tensor& drhs);
+                    const Tensor& drhs, bool mixed = false);
 
 // Test hook: while true, the fast levels' gmm and gmm_dlhs take the panel
 // schedule (the whole reduction packed per task) whatever the shape, so tests

@@ -16,15 +16,16 @@ namespace {
 
 // Acc: the accumulator, acc_t<In> (f32 for f32 and bf16 inputs, f64 for f64).
 // out rows [row_begin, row_end), row stride ldo (N for gmm; N0 + N1 for gmm_pair's column windows).
-template <class In, class Out, class Acc = acc_t<In>>
-void gmm_rows(const In* lhs, const In* rhs, Out* out, int64_t ldo, int64_t Kc, int64_t N, int64_t row_begin,
+// W: the weights' type (In, or f32 with a bf16 lhs: the router's logits on the layer's bf16 x).
+template <class In, class Out, class Acc = acc_t<In>, class W = In>
+void gmm_rows(const In* lhs, const W* rhs, Out* out, int64_t ldo, int64_t Kc, int64_t N, int64_t row_begin,
               int64_t row_end) {
   std::vector<Acc> acc(static_cast<size_t>(N));
   for (int64_t r = row_begin; r < row_end; ++r) {
     std::fill(acc.begin(), acc.end(), Acc(0));
     for (int64_t k = 0; k < Kc; ++k) {
       Acc a = load_as<Acc>(lhs[r * Kc + k]);
-      const In* w = rhs + k * N;
+      const W* w = rhs + k * N;
       for (int64_t n = 0; n < N; ++n) acc[size_t(n)] += a * load_as<Acc>(w[n]);
     }
     for (int64_t n = 0; n < N; ++n) out[r * ldo + n] = store_acc<Out>(acc[size_t(n)]);
@@ -61,14 +62,14 @@ void for_local_rows(const GroupLayout& groups, int64_t group_offset, int64_t n_l
   });
 }
 
-template <class In, class Out>
+template <class In, class Out, class Wt = In>
 void gmm_typed(const Tensor& lhs, const Tensor& rhs, const GroupLayout& groups, int64_t goff, Tensor& out) {
   int64_t Kc = lhs.dim(1), N = rhs.dim(2), n_local = rhs.dim(0);
   const In* L = lhs.data<In>();
-  const In* W = rhs.data<In>();
+  const Wt* W = rhs.data<Wt>();
   Out* O = out.data<Out>();
   for_local_rows(groups, goff, n_local, [&](int64_t, int64_t lg, int64_t b, int64_t e) {
-    gmm_rows<In, Out>(L, W + lg * Kc * N, O, N, Kc, N, b, e);
+    gmm_rows<In, Out, acc_t<In>, Wt>(L, W + lg * Kc * N, O, N, Kc, N, b, e);
   });
 }
 
@@ -100,13 +101,14 @@ void dlhs_typed(const Tensor& dout, const Tensor& rhs, const GroupLayout& groups
   });
 }
 
-// drhs in the accumulator type (f32; f64 for f64 inputs).
-template <class In, class Acc = acc_t<In>>
+// drhs in the accumulator type (f32; f64 for f64 inputs). Dt: dout's type (In, or f32 with a bf16
+// lhs: the router's kernel gradient on the layer's bf16 x).
+template <class In, class Dt = In, class Acc = acc_t<In>>
 void drhs_typed(const Tensor& lhs, const Tensor& dout, const GroupLayout& groups, int64_t goff,
                 Tensor& drhs) {
   int64_t Kc = lhs.dim(1), N = dout.dim(1), n_local = drhs.dim(0);
   const In* L = lhs.data<In>();
-  const In* D = dout.data<In>();
+  const Dt* D = dout.data<Dt>();
   Acc* G = drhs.data<Acc>();
   // One task per (local group, k): a row of the weight gradient.
   parallel_for(n_local * Kc, 4, [&](int64_t b, int64_t e) {
@@ -132,6 +134,8 @@ void gmm(const Tensor& lhs, const Tensor& rhs, const GroupLayout& groups, int64_
   bool bf = lhs.dtype() == DType::bf16;
   if (lhs.dtype() == DType::f64)
     gmm_typed<double, double>(lhs, rhs, groups, goff, out);
+  else if (bf && rhs.dtype() == DType::f32)
+    gmm_typed<bf16, float, float>(lhs, rhs, groups, goff, out);
   else if (out.dtype() == DType::f32)
     bf ? gmm_typed<bf16, float>(lhs, rhs, groups, goff, out) : gmm_typed<float, float>(lhs, rhs, groups, goff, out);
   else if (out.dtype() == DType::bf16 && bf)
@@ -181,8 +185,10 @@ void gmm_dlhs_add(const Tensor& dout, const Tensor& rhs, const GroupLayout& grou
 }
 
 void gmm_drhs(const Tensor& lhs, const Tensor& dout, const GroupLayout& groups, int64_t goff, Tensor& drhs) {
-  detail::check_gmm_drhs(lhs, dout, groups, goff, drhs);
+  detail::check_gmm_drhs(lhs, dout, groups, goff, drhs, /*mixed=*/true);
   if (lhs.dtype() == DType::f64) return drhs_typed<double>(lhs, dout, groups, goff, drhs);
+  if (lhs.dtype() == DType::bf16 && dout.dtype() == DType::f32)
+    return drhs_typed<bf16, float>(lhs, dout, groups, goff, drhs);
   lhs.dtype() == DType::bf16 ? drhs_typed<bf16>(lhs, dout, groups, goff, drhs)
                              : drhs_typed<float>(lhs, dout, groups, goff, drhs);
 }

@@ -9,12 +9,18 @@
 namespace moe {
 namespace {
 
+// x in the router's type, or bf16 as it is: the GEMMs take a bf16 lhs with f32 weights or dout and
+// give the bits of the f32 GEMM of x widened (grouped_gemm.h), without a widened copy.
+Tensor router_operand(const Tensor& x, DType rt) {
+  return x.dtype() == DType::bf16 && rt == DType::f32 ? x : x.to(rt);
+}
+
 // z [T, E] = x [T, D] @ W [D, E] in f32 (f64 on the double path): the grouped GEMM with one group
 // (row-independent, so a token's logits do not depend on which other tokens share the call).
-Tensor router_logits(const Tensor& x_f32, const Tensor& W) {
-  const int64_t T = x_f32.dim(0), D = x_f32.dim(1), E = W.dim(1);
-  Tensor z(x_f32.dtype(), {T, E});
-  gmm(x_f32, W.reshaped({1, D, E}), GroupLayout::from_sizes({T}), 0, z);
+Tensor router_logits(const Tensor& x, const Tensor& W) {
+  const int64_t T = x.dim(0), D = x.dim(1), E = W.dim(1);
+  Tensor z(W.dtype(), {T, E});
+  gmm(x, W.reshaped({1, D, E}), GroupLayout::from_sizes({T}), 0, z);
   return z;
 }
 
@@ -84,10 +90,10 @@ RouterOutput router_forward_t(const Config& cfg, const Tensor& x, const Tensor& 
   const DType rt = dtype_of<Real>::value;
   if (forced) check_forced(*forced, T, K, E);
   RouterOutput r;
-  // The logits read x widened exactly (bf16 -> f32); the widened copy lives for this call only: the
-  // backward widens x again rather than keep 4 bytes per element between the passes.
+  // The logits read x widened exactly (bf16 -> f32, in the GEMM's tiles): no f32 copy of x is made
+  // or kept.
   r.x = x;
-  r.logits = router_logits(x.to(rt), kernel.to(rt));
+  r.logits = router_logits(router_operand(x, rt), kernel.to(rt));
   r.scores = Tensor::empty(rt, {T, E});
   r.topk_idx = Tensor::empty(DType::i32, {T, K});
   r.topk_scores = Tensor::empty(rt, {T, K});
@@ -171,7 +177,7 @@ void router_matmul_backward(const Tensor& x, const Tensor& W, const Tensor& dz, 
   const int64_t T = x.dim(0), D = x.dim(1), E = W.dim(1);
   const GroupLayout all = GroupLayout::from_sizes({T});
   Tensor dk = dkernel.reshaped({1, D, E});
-  gmm_drhs(x.to(dz.dtype()), dz, all, 0, dk);
+  gmm_drhs(router_operand(x, dz.dtype()), dz, all, 0, dk);
   // dx is its own addend: each element dx + its chain, the sum an add pass over a separate product
   // gives, without that product written and read back.
   gmm_dlhs_add(dz, W.reshaped({1, D, E}), all, 0, dx, dx);

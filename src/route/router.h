@@ -10,7 +10,7 @@ namespace moe {
 
 struct RouterOutput {
   Tensor x;             // [T, D]      the router's input as given (the layer's x in the compute dtype), kept
-                        //             for its backward; widened to f32 where used, never saved in f32
+                        //             for its backward; widened to f32 inside the GEMMs, never copied in f32
   Tensor logits;        // [T, E] f32  z = x @ router.kernel
   Tensor scores;        // [T, E] f32  s = softmax(z) or sigmoid(z)
   Tensor topk_idx;      // [T, K] i32  descending score, ties to the lower expert id (or forced)
@@ -25,7 +25,7 @@ RouterOutput router_forward(const Config& cfg, const Tensor& x, const Tensor& ke
 Tensor router_weights_backward(const Config& cfg, const RouterOutput& r, const Tensor& d_weights);
 
 // dkernel[D, E] = x^T @ dlogits; dx[T, D] += dlogits @ kernel^T (both f32).
-// x: the forward's RouterOutput::x (any float dtype: widened to f32 for the call, exactly).
+// x: the forward's RouterOutput::x (any float dtype; bf16 widened exactly inside the GEMM).
 void router_matmul_backward(const Tensor& x, const Tensor& kernel, const Tensor& dlogits, Tensor& dkernel,
                             Tensor& dx);
 

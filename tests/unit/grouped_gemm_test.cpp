@@ -616,6 +616,88 @@ TEST_P(GroupedGemm, PairIsTwoGemmsBitForBit) {
     }
 }
 
+// A bf16 lhs with f32 weights (gmm) or an f32 dout (gmm_drhs), the router's GEMMs on the layer's bf16 x:
+// bit for bit the f32 op on the lhs widened (what the router ran before, on x.to(f32)), with the rows
+// outside the local groups and the bytes around the output untouched. The shared cases (odd
+// reductions: the last word widened half; empty groups; group offsets), few rows per group with a
+// long reduction (the weight slabs), rows of 4 KiB bf16 (copied off the L1 sets' stride at the
+// 12-row tiles) and the router's shape (one group of many rows, E columns).
+void check_mixed(const Case& c) {
+  SCOPED_TRACE(::testing::Message() << "Kc " << c.Kc << " N " << c.N << " groups " << c.sizes.size());
+  const GroupLayout g = GroupLayout::from_sizes(c.sizes);
+  const int64_t M = rows_of(c, g), pad = 3;
+  Tensor lhs = random_tensor(DType::bf16, {M, c.Kc}, 91),
+         rhs = random_tensor(DType::f32, {c.n_local, c.Kc, c.N}, 92);
+  Tensor dout = random_tensor(DType::f32, {M, c.N}, 93);
+  const Tensor wide = lhs.to(DType::f32);
+  Guarded mixed(DType::f32, M, c.N, pad);
+  gmm(lhs, rhs, g, c.goff, mixed.view);
+  Tensor f32(DType::f32, {M, c.N});
+  gmm(wide, rhs, g, c.goff, f32);
+  const auto [a, b] = local_rows(c, g);
+  EXPECT_EQ(
+      std::memcmp(mixed.view.data<float>() + a * c.N, f32.data<float>() + a * c.N, size_t((b - a) * c.N) * 4),
+      0)
+      << "gmm of a bf16 lhs with f32 weights differs from the f32 gmm of the lhs widened";
+  expect_rows_untouched(mixed.view, c, g, "gmm (bf16 lhs, f32 weights)");
+  EXPECT_TRUE(mixed.guards_intact()) << "gmm (bf16 lhs, f32 weights) wrote outside its output";
+  Guarded dmixed(DType::f32, c.n_local * c.Kc, c.N, pad);
+  Tensor dview = dmixed.view.reshaped({c.n_local, c.Kc, c.N});
+  Tensor d32(DType::f32, {c.n_local, c.Kc, c.N});
+  gmm_drhs(lhs, dout, g, c.goff, dview);
+  gmm_drhs(wide, dout, g, c.goff, d32);
+  EXPECT_EQ(std::memcmp(dview.raw(), d32.raw(), d32.nbytes()), 0)
+      << "gmm_drhs of a bf16 lhs with an f32 dout differs from the f32 gmm_drhs of the lhs widened";
+  EXPECT_TRUE(dmixed.guards_intact()) << "gmm_drhs (bf16 lhs, f32 dout) wrote outside its output";
+}
+
+std::vector<Case> mixed_cases() {
+  std::vector<Case> all = cases();
+  all.push_back({{3, 130, 2}, 2100, 24, 0, 3, 1});  // few rows per group, a long reduction: the slabs
+  all.push_back({{70, 0, 90}, 2048, 40, 1, 2, 0});  // rows of 4 KiB bf16, a group offset
+  all.push_back({{1000}, 1024, 32, 0, 1, 0});       // the router: one group, D 1,024, E 32
+  all.push_back({{515}, 2051, 8, 0, 1, 2});         // one group, an odd D, E 8
+  return all;
+}
+
+TEST_P(GroupedGemm, Bf16LhsWithF32OperandIsTheF32OpOnTheWidenedLhs) {
+  for (const Case& c : mixed_cases()) check_mixed(c);
+}
+
+TEST(GroupedGemmReference, Bf16LhsWithF32OperandIsTheF32OpOnTheWidenedLhs) {
+  ScopedIsa scoped(Isa::reference);
+  for (const Case& c : cases()) check_mixed(c);
+}
+
+// The dtypes a mixed call may take: a bf16 lhs with f32 weights or dout, an f32 output, and only in
+// gmm and gmm_drhs (the pair, dlhs and accumulating ops take one input dtype).
+TEST(GroupedGemmChecks, MixedInputsOnlyWhereTheyAreTaken) {
+  const GroupLayout g = GroupLayout::from_sizes({4, 4});
+  Tensor xb(DType::bf16, {8, 12}), xf(DType::f32, {8, 12}), wf(DType::f32, {2, 12, 16}),
+      wb(DType::bf16, {2, 12, 16});
+  Tensor df(DType::f32, {8, 16}), outb(DType::bf16, {8, 16}), grad(DType::f32, {2, 12, 16});
+  try {
+    gmm(xb, wf, g, 0, outb);
+    ADD_FAILURE() << "a bf16 output of a bf16 lhs with f32 weights was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("[gmm] output dtype must be f32"), std::string::npos) << e.what();
+  }
+  try {
+    Tensor outf(DType::f32, {8, 16});
+    gmm(xf, wb, g, 0, outf);
+    ADD_FAILURE() << "an f32 lhs with bf16 weights was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("got f32 and bf16 (a bf16 lhs with f32 is also taken)"),
+              std::string::npos)
+        << e.what();
+  }
+  Tensor pair_out(DType::f32, {8, 32});
+  EXPECT_THROW(gmm_pair(xb, wf, wf, g, 0, pair_out), Error);
+  EXPECT_THROW(gmm_drhs_acc(xb, df, g, 0, grad), Error);
+  Tensor g1(DType::f32, {2, 12, 16});
+  EXPECT_THROW(gmm_drhs_pair(xb, df, df, g, 0, grad, g1, false), Error);
+}
+
 // gmm_dlhs_add(dout, rhs, addend) is bit for bit gmm_dlhs into f32, added to the addend in f32 and
 // rounded to the output's dtype (the separate layout's p0 + p1), on the shared cases plus a long
 // reduction over few rows per group (the weight slabs, whose last reduction block adds) and rows

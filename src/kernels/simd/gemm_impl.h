@@ -796,11 +796,10 @@ void widened_gemm(const bf16* A, int64_t lda, int64_t len, Out* out, int64_t ldc
 // A GEMM with A read from a copy whose row stride keeps a tile's rows in
 // different L1 sets (copy_stride): the same words in the same order, so the
 // bits of the GEMM on A in place. The copy comes from the engine's allocator.
-template <class Lv, class T, class Out, class Weights>
+template <class Lv, class T, class Out, class Weights, class S = typename Lv::template Shape<T>>
 void copied_gemm(const T* A, int64_t lda, int64_t len, Out* out, int64_t ldc, int64_t n_out,
                  const GroupLayout& groups, int64_t goff, int64_t n_local, const Weights& w, Addend add) {
   using V = typename Lv::V;
-  using S = typename Lv::template Shape<T>;
   const int64_t ldcopy = copy_stride<T>(len);
   Words buf(Words::From::engine);
   const int64_t copy_words = words_of<T>(ldcopy);
@@ -862,6 +861,33 @@ void gmm_typed(const Tensor& lhs, const Tensor& rhs, const GroupLayout& groups, 
                    weights_view<Lv, T, RowWeights>(rhs.data<T>(), Kc, N));
 }
 
+// out[M, N] (f32) = lhs[M, Kc] (bf16) @ rhs[g] (f32): the router's logits on the layer's bf16 x,
+// bit for bit the f32 GEMM of the lhs widened (widening is exact), without the widened copy: the
+// level's f32 tile with WidenStep (each word of A widened in the tile, its two elements against
+// weight rows k and k + 1 in turn: F32Step's FMAs in F32Step's order), the weights packed as f32
+// rows; at a kWidenAhead level the rows are widened once per call and the f32 tile runs as for f32.
+template <class Lv>
+void gmm_mixed(const Tensor& lhs, const Tensor& rhs, const GroupLayout& groups, int64_t goff, Tensor& out) {
+  using V = typename Lv::V;
+  const int64_t Kc = lhs.dim(1), N = rhs.dim(2), n_local = rhs.dim(0);
+  const bf16* A = lhs.data<bf16>();
+  const float* W = rhs.data<float>();
+  float* O = out.data<float>();
+  if constexpr (Lv::kWidenAhead) {
+    widened_gemm<Lv>(A, Kc, Kc, O, N, N, groups, goff, n_local, RowWeights<V, Pack::copy, 1, float>{W, Kc, N},
+                     {});
+  } else {
+    using F32 = typename Lv::template Shape<float>;
+    using S = TileShape<WidenStep<V>, F32::MR, F32::NV>;
+    // Rows k and k + 1 of a word are consecutive weight rows: f32 rows copied are WidenStep's
+    // layout (an odd Kc's last word runs its first element only, so no zero row is needed).
+    const RowWeights<V, Pack::copy, 2, float> w{W, Kc, N};
+    if (rows_per_set(Kc * int64_t(sizeof(bf16)), S::MR) > kRowsPerSetLimit)
+      return copied_gemm<Lv, bf16, float, decltype(w), S>(A, Kc, Kc, O, N, N, groups, goff, n_local, w, {});
+    row_major_gemm<V, S>(A, Kc, Kc, O, N, N, groups, goff, n_local, w, Lv::kPrefetchBelowRows);
+  }
+}
+
 // out[M, N0 + N1] = [lhs @ rhs0[g] | lhs @ rhs1[g]]: one GEMM over both weights (PairWeights), A
 // read or widened once, when N0 is a whole number of panels; else the two GEMMs into the two column
 // windows. The same bits either way (each column's chain is gmm's).
@@ -908,17 +934,26 @@ void dlhs_typed(const Tensor& dout, const Tensor& rhs, const GroupLayout& groups
 // kWide (bf16 at a kWidenAhead level): both operands are packed widened to f32
 // row by row and the f32 tile runs over them: one f32 word per row, the
 // products and the order of WidenStep's chain, so the same bits.
-template <class Lv, class T, bool kWide = kWidened<Lv, T>>
+// TD: dout's type. A bf16 lhs with an f32 dout (the router's kernel gradient on the layer's bf16
+// x) packs lhs^T widened row by row and dout as it is, and runs the f32 tile: the bits of the f32
+// GEMM of the lhs widened (widening is exact).
+template <class Lv, class T, bool kWide = kWidened<Lv, T>, class TD = T>
 struct DrhsGroup {
   using V = typename Lv::V;
-  using S = typename Lv::template Shape<std::conditional_t<kWide, float, T>>;
+  static constexpr bool kF32Tile = kWide || std::is_same_v<TD, float>;
+  using S = typename Lv::template Shape<std::conditional_t<kF32Tile, float, T>>;
   using Step = typename S::Step;
   static constexpr int64_t NR = int64_t(V::L) * S::NV, KB = 8 * S::MR;
   // lhs^T is packed per block of KB output rows (lhs columns): f32 copied,
   // bf16 as row pairs (a widening step widens its words as it reads them) or widened.
-  static constexpr Pack kAPack = kWide ? Pack::widen_rows : std::is_same_v<T, bf16> ? Pack::pairs : Pack::copy;
-  static constexpr Pack kBPack = kWide ? Pack::widen_rows : Step::kPack;
-  const T *Lm, *D;
+  static constexpr Pack kAPack = std::is_same_v<T, float> ? Pack::copy
+                                 : kF32Tile               ? Pack::widen_rows
+                                                          : Pack::pairs;
+  static constexpr Pack kBPack = std::is_same_v<TD, float> ? Pack::copy
+                                 : kWide                   ? Pack::widen_rows
+                                                           : Step::kPack;
+  const T* Lm;
+  const TD* D;
   float* G;  // [Kc, N] of this group
   int64_t Kc, N, r0, r1;
   uint32_t *ap = nullptr, *bp = nullptr;
@@ -926,7 +961,7 @@ struct DrhsGroup {
   bool accumulate = false;  // rows [r0, r1) continue the sums of the group's earlier rows, stored in G
   bool add_to_g = false;    // G := G + the sums (gmm_drhs_acc: G is the epilogue's addend)
 
-  int64_t P() const { return kWide ? r1 - r0 : words_of<T>(r1 - r0); }
+  int64_t P() const { return kF32Tile ? r1 - r0 : words_of<T>(r1 - r0); }
   int64_t panel_words() const { return P() * Step::kB * NR; }
   int64_t panels() const { return (N + NR - 1) / NR; }
   int64_t kblocks() const { return (Kc + KB - 1) / KB; }
@@ -982,12 +1017,17 @@ struct DrhsGroup {
 // DRAM traffic (many-experts up.drhs: 512 MB of f32).
 constexpr size_t kStreamBytes = size_t(64) << 20;
 
-template <class Lv, class T, bool kWide>
-DrhsGroup<Lv, T, kWide> group_of(const Tensor& lhs, const Tensor& dout, const GroupLayout& groups, int64_t goff,
-                                 Tensor& drhs, int64_t lg) {
+template <class Lv, class T, bool kWide, class TD>
+DrhsGroup<Lv, T, kWide, TD> group_of(const Tensor& lhs, const Tensor& dout, const GroupLayout& groups,
+                                     int64_t goff, Tensor& drhs, int64_t lg) {
   const int64_t Kc = lhs.dim(1), N = dout.dim(1);
-  DrhsGroup<Lv, T, kWide> g{lhs.data<T>(), dout.data<T>(), drhs.data<float>() + lg * Kc * N, Kc, N,
-                     groups.offsets[size_t(goff + lg)], groups.offsets[size_t(goff + lg + 1)]};
+  DrhsGroup<Lv, T, kWide, TD> g{lhs.data<T>(),
+                                dout.data<TD>(),
+                                drhs.data<float>() + lg * Kc * N,
+                                Kc,
+                                N,
+                                groups.offsets[size_t(goff + lg)],
+                                groups.offsets[size_t(goff + lg + 1)]};
   g.stream = Lv::V::kStreamAlign == 64 && drhs.nbytes() >= kStreamBytes;
   return g;
 }
@@ -1035,7 +1075,7 @@ void empty_gradient(float* G, int64_t n, bool stream, bool add) {
 // `add` (gmm_drhs_acc): drhs := drhs + the gradient, the add in the tiles' store; a group of
 // several row blocks (whose partial sums are stored in its output between blocks) goes through a
 // scratch of one group and an add instead.
-template <class Lv, class T, bool kWide = kWidened<Lv, T>>
+template <class Lv, class T, bool kWide = kWidened<Lv, T>, class TD = T>
 void drhs_typed(const Tensor& lhs, const Tensor& dout, const GroupLayout& groups, int64_t goff, Tensor& drhs,
                 bool add = false) {
   using V = typename Lv::V;
@@ -1046,7 +1086,7 @@ void drhs_typed(const Tensor& lhs, const Tensor& dout, const GroupLayout& groups
   if (n_local >= 4 * ThreadPool::compute().size() && small_bytes <= kSmallGroupBytes) {
     parallel_for(n_local, 1, [&](int64_t b, int64_t e) {
       for (int64_t lg = b; lg < e; ++lg) {
-        DrhsGroup<Lv, T, kWide> g = group_of<Lv, T, kWide>(lhs, dout, groups, goff, drhs, lg);
+        DrhsGroup<Lv, T, kWide, TD> g = group_of<Lv, T, kWide, TD>(lhs, dout, groups, goff, drhs, lg);
         if (add) g.stream = false, g.add_to_g = true;  // each line is read right before it is written
         if (g.r0 == g.r1) {
           empty_gradient<V>(g.G, g.Kc * g.N, g.stream, add);
@@ -1063,25 +1103,25 @@ void drhs_typed(const Tensor& lhs, const Tensor& dout, const GroupLayout& groups
   // and their zero gradients are most of the bytes written).
   parallel_for(n_local, 1, [&](int64_t b, int64_t e) {
     for (int64_t lg = b; lg < e; ++lg) {
-      const DrhsGroup<Lv, T, kWide> g = group_of<Lv, T, kWide>(lhs, dout, groups, goff, drhs, lg);
+      const DrhsGroup<Lv, T, kWide, TD> g = group_of<Lv, T, kWide, TD>(lhs, dout, groups, goff, drhs, lg);
       if (g.r0 == g.r1) empty_gradient<V>(g.G, g.Kc * g.N, g.stream && !add, add);
     }
   });
   Words apack(Words::From::engine), bpack(Words::From::engine);
   for (int64_t lg = 0; lg < n_local; ++lg) {
-    DrhsGroup<Lv, T, kWide> whole = group_of<Lv, T, kWide>(lhs, dout, groups, goff, drhs, lg);
+    DrhsGroup<Lv, T, kWide, TD> whole = group_of<Lv, T, kWide, TD>(lhs, dout, groups, goff, drhs, lg);
     if (whole.r0 == whole.r1) continue;
     const int64_t step = block_rows(whole.r1 - whole.r0);
     if (add && step < whole.r1 - whole.r0) {  // several blocks: this group alone into a scratch, then added
       Tensor one = drhs.slice_rows(lg, lg + 1);
       kernels::drhs_acc_by_chunks([](const Tensor& l, const Tensor& d, const GroupLayout& g, int64_t o,
-                                     Tensor& out) { drhs_typed<Lv, T, kWide>(l, d, g, o, out); },
+                                     Tensor& out) { drhs_typed<Lv, T, kWide, TD>(l, d, g, o, out); },
                                   lhs, dout, groups, goff + lg, one);
       continue;
     }
     if (add) whole.stream = false, whole.add_to_g = true;
     for (int64_t b0 = whole.r0; b0 < whole.r1; b0 += step) {
-      DrhsGroup<Lv, T, kWide> g = whole;
+      DrhsGroup<Lv, T, kWide, TD> g = whole;
       g.r0 = b0, g.r1 = std::min(whole.r1, b0 + step);
       g.accumulate = b0 > whole.r0;
       g.stream = whole.stream && g.r1 == whole.r1;  // only the last block's stores are final
@@ -1097,6 +1137,7 @@ template <class Lv>
 struct Gemm {
   static void gmm(const Tensor& lhs, const Tensor& rhs, const GroupLayout& g, int64_t goff, Tensor& out) {
     if (lhs.dtype() == DType::f32) return gmm_typed<Lv, float, float>(lhs, rhs, g, goff, out);
+    if (rhs.dtype() == DType::f32) return gmm_mixed<Lv>(lhs, rhs, g, goff, out);
     if (out.dtype() == DType::f32) return gmm_typed<Lv, bf16, float>(lhs, rhs, g, goff, out);
     gmm_typed<Lv, bf16, bf16>(lhs, rhs, g, goff, out);
   }
@@ -1119,6 +1160,8 @@ struct Gemm {
   }
   static void drhs(const Tensor& lhs, const Tensor& dout, const GroupLayout& g, int64_t goff, Tensor& drhs) {
     if (lhs.dtype() == DType::f32) return drhs_typed<Lv, float>(lhs, dout, g, goff, drhs);
+    if (dout.dtype() == DType::f32)
+      return drhs_typed<Lv, bf16, kWidened<Lv, bf16>, float>(lhs, dout, g, goff, drhs);
     drhs_typed<Lv, bf16>(lhs, dout, g, goff, drhs);
   }
   static void drhs_acc(const Tensor& lhs, const Tensor& dout, const GroupLayout& g, int64_t goff,

@@ -748,8 +748,9 @@ void drhs_pair_bf16(const Rows& lhs, const Tensor& dout0, const Tensor& dout1, c
 
 const kernels::Table& base() { return table_avx512_bf16(); }
 
+// f32 inputs, and a bf16 lhs with f32 weights or dout (the router's GEMMs), are avx512_bf16's.
 void gmm(const Tensor& lhs, const Tensor& rhs, const GroupLayout& g, int64_t goff, Tensor& out) {
-  if (lhs.dtype() == DType::f32) return base().gmm(lhs, rhs, g, goff, out);
+  if (lhs.dtype() == DType::f32 || rhs.dtype() == DType::f32) return base().gmm(lhs, rhs, g, goff, out);
   gmm_bf16(rows_of(lhs), rhs, g, goff, out);
 }
 void gmm_pair(const Tensor& lhs, const Tensor& rhs0, const Tensor& rhs1, const GroupLayout& g, int64_t goff,
@@ -769,7 +770,8 @@ void dlhs_add(const Tensor& dout, const Tensor& rhs, const GroupLayout& g, int64
   dlhs_bf16<bf16>(dout, rhs, g, goff, out, &addend);
 }
 void drhs(const Tensor& lhs, const Tensor& dout, const GroupLayout& g, int64_t goff, Tensor& out) {
-  if (lhs.dtype() == DType::f32) return base().gmm_drhs(lhs, dout, g, goff, out);
+  if (lhs.dtype() == DType::f32 || dout.dtype() == DType::f32)
+    return base().gmm_drhs(lhs, dout, g, goff, out);
   drhs_bf16(rows_of(lhs), dout, g, goff, out, false);
 }
 void dlhs_sum(const Tensor& dout0, const Tensor& rhs0, const Tensor& dout1, const Tensor& rhs1,
