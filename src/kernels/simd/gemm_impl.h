@@ -780,7 +780,10 @@ void widened_gemm(const bf16* A, int64_t lda, int64_t len, Out* out, int64_t ldc
                   const GroupLayout& groups, int64_t goff, int64_t n_local, const Weights& wide, Addend add) {
   using V = typename Lv::V;
   using S = typename Lv::template Shape<float>;
-  const int64_t ldw = (len + V::L - 1) / V::L * V::L;  // widened rows, zero-padded to whole vectors
+  // Widened rows, zero-padded to whole vectors, and one line more where a tile's rows would share L1
+  // sets (rows_per_set: avx512's 12-row tile at a multiple of 4 KiB; avx2's 6 rows are in place).
+  const int64_t whole = (len + V::L - 1) / V::L * V::L;
+  const int64_t ldw = rows_per_set(whole * 4, S::MR) > kRowsPerSetLimit ? whole + 64 / 4 : whole;
   Words buf(Words::From::engine);
   for_copy_chunks(groups, goff, n_local, ldw * 4, [&](int64_t g0, int64_t g1, int64_t first, int64_t rows) {
     uint32_t* aw = buf.get(size_t(std::max<int64_t>(rows * ldw, 1)));

@@ -15,7 +15,13 @@ namespace {
 using namespace simd;
 // 12 x 2 vectors: 24 accumulators of the 32 zmm registers (B panel Kc * 128 bytes for f32:
 // 512 KiB at Kc = 4096, fits L2), for f32 and widened bf16 alike.
-using LevelAvx512 = Level<Avx512, TileShape<F32Step<Avx512>, 12, 2>, TileShape<WidenStep<Avx512>, 12, 2>>;
+// bf16 widened ahead (kWidenAhead, as at avx2): A widened to f32 once per call, the weights packed
+// widened, the f32 12 x 2 tile. The CPUs that run this level are Intel's AVX-512 cores without BF16
+// (Skylake-SP to Ice Lake; AMD's AVX-512 cores all have it); on an Intel core with two 512-bit FMA
+// units the in-tile widening's shift or mask per operand shared the FMAs' two ports: the layer's
+// step 1.12-1.19x faster widened ahead (docs/benchmarks.md, 2026-12-07), bits unchanged.
+using LevelAvx512 = Level<Avx512, TileShape<F32Step<Avx512>, 12, 2>, TileShape<WidenStep<Avx512>, 12, 2>,
+                          /*WidenAhead=*/true>;
 }  // namespace
 
 const kernels::Table& table_avx512() {
