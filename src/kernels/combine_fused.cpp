@@ -47,23 +47,26 @@ void backward_typed(const Tensor& dy, const Tensor& ys, const Tensor& w, const R
   // Per token, dw[t, k] = dot(dy[t], ys[row]) and dys[row] = scale(w[t, k], dy[t]) for its K rows in one
   // pass over dy[t] (rows::dot_scale: the bits of the two calls per row, the reference's).
   parallel_for(rt.tokens, rows::row_grain((K + 1) * D * int64_t(sizeof(T)), 16), [&](int64_t b, int64_t e) {
-    // Token t's rows in slots [0, K), the next token's (prefetched as t runs) in [K, 2K).
+    // Token t's rows and the next token's (prefetched as t runs), in two halves that swap roles.
     std::vector<const T*> src(static_cast<size_t>(2 * K));
     std::vector<T*> dst(static_cast<size_t>(2 * K));
-    auto rows_of = [&](int64_t t, int64_t at) {
+    const T** cur_src = src.data();
+    const T** next_src = src.data() + K;
+    T** cur_dst = dst.data();
+    T** next_dst = dst.data() + K;
+    auto rows_of = [&](int64_t t, const T** s_rows, T** d_rows) {
       for (int64_t k = 0; k < K; ++k) {
         const int64_t row = rt.inv[size_t(t * K + k)];
-        src[size_t(at + k)] = S + row * D;
-        dst[size_t(at + k)] = DS + row * D;
+        s_rows[k] = S + row * D;
+        d_rows[k] = DS + row * D;
       }
     };
-    rows_of(b, 0);
+    rows_of(b, cur_src, cur_dst);
     for (int64_t t = b; t < e; ++t) {
-      rows_of(std::min(t + 1, e - 1), K);
-      rows::dot_scale(DY + t * D, src.data(), W + t * K, dst.data(), DW + t * K, K, D, src.data() + K,
-                      dst.data() + K);
-      std::copy(src.begin() + K, src.end(), src.begin());
-      std::copy(dst.begin() + K, dst.end(), dst.begin());
+      rows_of(std::min(t + 1, e - 1), next_src, next_dst);
+      rows::dot_scale(DY + t * D, cur_src, W + t * K, cur_dst, DW + t * K, K, D, next_src, next_dst);
+      std::swap(cur_src, next_src);
+      std::swap(cur_dst, next_dst);
     }
   });
 }

@@ -60,6 +60,17 @@ void weighted_sum(const float* w, const S* const* src, int64_t K, O* dst, int64_
   }
 }
 
+// dot's end: its 16 lane sums (in 16 / L vectors) added 0..15, then the tail [d, D) in order.
+template <class V, class S>
+float dot_finish(const typename V::F* acc, const S* a, const S* b, int64_t d, int64_t D) {
+  alignas(64) float lane[16];
+  for (int v = 0; v < 16 / V::L; ++v) V::store(lane + V::L * v, acc[v]);
+  float s = 0.0f;
+  for (int j = 0; j < 16; ++j) s += lane[j];
+  for (; d < D; ++d) s += load_f32(a[d]) * load_f32(b[d]);
+  return s;
+}
+
 // dot: 16 lane sums (lane j takes the elements d = j mod 16, in order), the lanes added 0..15, then
 // the tail in order: loop_dot's bits, the lanes held in 16 / L vectors.
 template <class V, class S>
@@ -73,12 +84,7 @@ float dot(const S* a, const S* b, int64_t D) {
     for (int v = 0; v < kV; ++v)
       acc[v] =
           V::add(acc[v], V::mul(load_row<V>(a + d + V::L * v, V::L), load_row<V>(b + d + V::L * v, V::L)));
-  alignas(64) float lane[16];
-  for (int v = 0; v < kV; ++v) V::store(lane + V::L * v, acc[v]);
-  float s = 0.0f;
-  for (int j = 0; j < 16; ++j) s += lane[j];
-  for (; d < D; ++d) s += load_f32(a[d]) * load_f32(b[d]);
-  return s;
+  return dot_finish<V>(acc, a, b, d, D);
 }
 // The combine's backward for one token: dots[k] = dot(dy, src[k]) and dst[k] = scale(w[k], dy), the
 // bits of those two, for kR rows at a time in one pass over dy: dy is read once per group of rows and
@@ -117,14 +123,7 @@ void dot_scale(const T* dy, const T* const* src, const float* w, T* const* dst, 
       const F x = load_row<V>(dy + e, D - e);
       for (int r = 0; r < nr; ++r) store_row<V>(dst[k0 + r] + e, V::mul(wv[r], x), D - e);
     }
-    for (int r = 0; r < nr; ++r) {
-      alignas(64) float lane[16];
-      for (int v = 0; v < kV; ++v) V::store(lane + V::L * v, acc[r][v]);
-      float s = 0.0f;
-      for (int j = 0; j < 16; ++j) s += lane[j];
-      for (int64_t e = d; e < D; ++e) s += load_f32(dy[e]) * load_f32(src[k0 + r][e]);
-      dots[k0 + r] = s;
-    }
+    for (int r = 0; r < nr; ++r) dots[k0 + r] = dot_finish<V>(acc[r], dy, src[k0 + r], d, D);
   }
 }
 
