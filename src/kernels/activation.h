@@ -19,26 +19,34 @@ struct ActValueGrad {
   float value, grad;
 };
 
-// exp(x) to about 2 ulp (Cephes' expf polynomial on a range-reduced argument),
-// written with plain float ops so loops over rows vectorize; every path of the
-// engine uses this one definition, so results agree wherever it runs.
+// The clamp of exp_approx's argument: the range of a normal f32 result with the scale 2^n at most
+// 2^127, so exp_approx saturates at a finite 2.4e38 (up to 2026-12-07 the clamp was 88.7, and
+// every x from 88.38 up gave 2^128's bits, infinity).
+constexpr float kExpLo = -87.3f, kExpHi = 88.37f;
+static_assert(int32_t(kExpHi * 1.44269504088896341f + 0.5f) == 127 &&
+              int32_t(kExpLo * 1.44269504088896341f - 0.5f) == -126);
+
+// exp(x) within 1 ulp (Cephes' expf polynomial on a range-reduced argument). The range reduction
+// and the polynomial are fused multiply-adds (std::fma: one rounding each, the same bits on every
+// CPU; the x86 levels and AArch64 run them as one instruction); every path of the engine uses this
+// one definition, so results agree wherever it runs.
 inline float exp_approx(float x) {
-  x = x < -87.3f ? -87.3f : (x > 88.7f ? 88.7f : x);  // range of a normal f32 result
+  x = x < kExpLo ? kExpLo : (x > kExpHi ? kExpHi : x);
   float t = x * 1.44269504088896341f;
   float rounded = t + (t >= 0.0f ? 0.5f : -0.5f);  // nearest integer, ties away from zero
   // NaN passes the clamp; converting it to int is undefined, so convert 0 instead: r below is NaN
   // all the same and so is the result.
   int32_t ni = int32_t(x == x ? rounded : 0.0f);
   float n = float(ni);
-  float r = x - n * 0.693359375f + n * 2.12194440e-4f;
+  float r = std::fma(n, 2.12194440e-4f, std::fma(n, -0.693359375f, x));  // x - n ln2, in two parts
   float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
-  uint32_t bits = uint32_t(ni + 127) << 23;
+  p = std::fma(p, r, 1.3981999507e-3f);
+  p = std::fma(p, r, 8.3334519073e-3f);
+  p = std::fma(p, r, 4.1665795894e-2f);
+  p = std::fma(p, r, 1.6666665459e-1f);
+  p = std::fma(p, r, 5.0000001201e-1f);
+  p = std::fma(p * r, r, r) + 1.0f;
+  uint32_t bits = uint32_t(ni + 127) << 23;  // 2^n, n in [-126, 127]
   float scale;
   std::memcpy(&scale, &bits, 4);
   return p * scale;
@@ -50,7 +58,7 @@ inline float sigmoid(float x) { return 1.0f / (1.0f + exp_approx(-x)); }
 inline float silu(float x) { return x * sigmoid(x); }
 inline ActValueGrad silu_value_grad(float x) {
   float s = sigmoid(x);
-  return {x * s, s * (1.0f + x * (1.0f - s))};
+  return {x * s, s * std::fma(x, 1.0f - s, 1.0f)};
 }
 
 constexpr float kGeluC = 0.7978845608028654f;  // sqrt(2 / pi)

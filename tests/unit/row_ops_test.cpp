@@ -257,7 +257,7 @@ void check_act_rows(Activation act, const std::vector<T>& g, const std::vector<T
   }
 }
 
-// Every bf16 g (the clamps of exp at -87.3 / 88.7, the rounding of n, infinities, NaN, denormals),
+// Every bf16 g (the clamps of exp at kExpLo / kExpHi, the rounding of n, infinities, NaN, denormals),
 // against a few u and d, in rows of 65,536 and in short rows (the masked tails).
 TEST_P(RowOps, GatedActivationBf16IsTheScalarFunctionForEveryInput) {
   std::vector<bf16> g(65536);

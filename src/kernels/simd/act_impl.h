@@ -1,11 +1,10 @@
-// The gated activation's row entries over the vector traits V (the x86
-// levels): the scalar functions of kernels/activation.h lane by lane, the same
-// float operations in the same order (no fma), so every lane holds the scalar
-// function's bits, and one pass over each row: the bf16 inputs are widened in
-// registers and the outputs rounded there, with no f32 copies of the rows.
-// The portable loops (kernels/row_loops.h) stay where a level has no such
-// traits (the Arm levels). Included inside a level's target region after
-// rows_impl.h; internal linkage.
+// The gated activation's row entries over the vector traits V (the x86 levels): the scalar
+// functions of kernels/activation.h lane by lane, the same float operations in the same order (an
+// fma where the scalar function calls std::fma, and nowhere else), so every lane holds the scalar
+// function's bits, and one pass over each row: the bf16 inputs are widened in registers and the
+// outputs rounded there, with no f32 copies of the rows. The portable loops (kernels/row_loops.h)
+// stay where a level has no such traits (the Arm levels). Included inside a level's target region
+// after rows_impl.h; internal linkage.
 #pragma once
 
 #include <cstdint>
@@ -22,22 +21,23 @@ struct ActMath {
   static F c(float f) { return V::set1(f); }
 
   // exp_approx: the clamp (NaN passes: max_else / min_else return their second operand then), the
-  // nearest integer n, r = x - n ln2 (two parts), the polynomial and the scale 2^n. A NaN x gives n
-  // = INT32_MIN here (0 in the scalar function, where converting NaN is undefined): 2^n's bits are
-  // the same (the shift drops the sign bit), and r, p and the result are x's NaN all the same.
+  // nearest integer n, r = x - n ln2 (two fused parts), the polynomial and the scale 2^n. The
+  // rounding adds 0.5 with t's sign (half_with_sign): for t = -0 that is -0.5 where the scalar
+  // function adds +0.5, and n = 0 either way. A NaN x gives n = INT32_MIN here (0 in the scalar
+  // function, where converting NaN is undefined): r, p and the result are x's NaN all the same.
   static F exp(F x) {
-    x = V::min_else(c(88.7f), V::max_else(c(-87.3f), x));
+    x = V::min_else(c(kExpHi), V::max_else(c(kExpLo), x));
     const F t = V::mul(x, c(1.44269504088896341f));
-    const typename V::I ni = V::trunc_i32(V::add(t, V::select_nonneg(t, c(0.5f), c(-0.5f))));
+    const typename V::I ni = V::trunc_i32(V::add(t, V::half_with_sign(t)));
     const F n = V::to_f(ni);
-    const F r = V::add(V::sub(x, V::mul(n, c(0.693359375f))), V::mul(n, c(2.12194440e-4f)));
+    const F r = V::fma(n, c(2.12194440e-4f), V::fma(n, c(-0.693359375f), x));
     F p = c(1.9875691500e-4f);
-    p = V::add(V::mul(p, r), c(1.3981999507e-3f));
-    p = V::add(V::mul(p, r), c(8.3334519073e-3f));
-    p = V::add(V::mul(p, r), c(4.1665795894e-2f));
-    p = V::add(V::mul(p, r), c(1.6666665459e-1f));
-    p = V::add(V::mul(p, r), c(5.0000001201e-1f));
-    p = V::add(V::add(V::mul(V::mul(p, r), r), r), c(1.0f));
+    p = V::fma(p, r, c(1.3981999507e-3f));
+    p = V::fma(p, r, c(8.3334519073e-3f));
+    p = V::fma(p, r, c(4.1665795894e-2f));
+    p = V::fma(p, r, c(1.6666665459e-1f));
+    p = V::fma(p, r, c(5.0000001201e-1f));
+    p = V::add(V::fma(V::mul(p, r), r, r), c(1.0f));
     return V::mul(p, V::pow2(ni));
   }
   static F sigmoid(F x) { return V::div(c(1.0f), V::add(c(1.0f), exp(V::neg(x)))); }
@@ -54,7 +54,7 @@ struct ActMath {
     static void value_grad(F x, F& value, F& grad) {
       const F s = sigmoid(x);
       value = V::mul(x, s);
-      grad = V::mul(s, V::add(c(1.0f), V::mul(x, V::sub(c(1.0f), s))));
+      grad = V::mul(s, V::fma(x, V::sub(c(1.0f), s), c(1.0f)));
     }
   };
   struct Gelu {

@@ -35,8 +35,9 @@ struct Avx2 {
   static F neg(F a) { return _mm256_xor_ps(a, _mm256_set1_ps(-0.0f)); }
   static F max_else(F a, F b) { return _mm256_max_ps(a, b); }  // a > b ? a : b (b if either is NaN)
   static F min_else(F a, F b) { return _mm256_min_ps(a, b); }  // a < b ? a : b (b if either is NaN)
-  static F select_nonneg(F t, F a, F b) {                      // t >= 0 ? a : b
-    return _mm256_blendv_ps(b, a, _mm256_cmp_ps(t, _mm256_setzero_ps(), _CMP_GE_OQ));
+  // 0.5 with t's sign bit (-0.5 for -0 and a negative NaN): (t & sign) | 0.5.
+  static F half_with_sign(F t) {
+    return _mm256_or_ps(_mm256_and_ps(t, _mm256_set1_ps(-0.0f)), _mm256_set1_ps(0.5f));
   }
   static I trunc_i32(F a) { return _mm256_cvttps_epi32(a); }  // NaN, out of range: INT32_MIN
   static F to_f(I a) { return _mm256_cvtepi32_ps(a); }

@@ -35,8 +35,10 @@ struct Avx512 {
   static F neg(F a) { return _mm512_xor_ps(a, _mm512_set1_ps(-0.0f)); }
   static F max_else(F a, F b) { return _mm512_max_ps(a, b); }  // a > b ? a : b (b if either is NaN)
   static F min_else(F a, F b) { return _mm512_min_ps(a, b); }  // a < b ? a : b (b if either is NaN)
-  static F select_nonneg(F t, F a, F b) {                      // t >= 0 ? a : b
-    return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(t, _mm512_setzero_ps(), _CMP_GE_OQ), b, a);
+  // 0.5 with t's sign bit (-0.5 for -0 and a negative NaN): one VPTERNLOGD, (t & sign) | 0.5.
+  static F half_with_sign(F t) {
+    return _mm512_castsi512_ps(_mm512_ternarylogic_epi32(_mm512_castps_si512(t), _mm512_set1_epi32(INT32_MIN),
+                                                         _mm512_set1_epi32(0x3f000000), 0xEA));
   }
   static I trunc_i32(F a) { return _mm512_cvttps_epi32(a); }  // NaN, out of range: INT32_MIN
   static F to_f(I a) { return _mm512_cvtepi32_ps(a); }
