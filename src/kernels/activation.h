@@ -23,8 +23,8 @@ struct ActValueGrad {
 // 2^127, so exp_approx saturates at a finite 2.4e38 (up to 2026-12-07 the clamp was 88.7, and
 // every x from 88.38 up gave 2^128's bits, infinity).
 constexpr float kExpLo = -87.3f, kExpHi = 88.37f;
-static_assert(int32_t(kExpHi * 1.44269504088896341f + 0.5f) == 127 &&
-              int32_t(kExpLo * 1.44269504088896341f - 0.5f) == -126);
+constexpr float kLog2e = 1.44269504088896341f;  // n = x * log2(e), rounded
+static_assert(int32_t(kExpHi * kLog2e + 0.5f) == 127 && int32_t(kExpLo * kLog2e - 0.5f) == -126);
 
 // exp(x) within 1 ulp (Cephes' expf polynomial on a range-reduced argument). The range reduction
 // and the polynomial are fused multiply-adds (std::fma: one rounding each, the same bits on every
@@ -32,7 +32,7 @@ static_assert(int32_t(kExpHi * 1.44269504088896341f + 0.5f) == 127 &&
 // one definition, so results agree wherever it runs.
 inline float exp_approx(float x) {
   x = x < kExpLo ? kExpLo : (x > kExpHi ? kExpHi : x);
-  float t = x * 1.44269504088896341f;
+  float t = x * kLog2e;
   float rounded = t + (t >= 0.0f ? 0.5f : -0.5f);  // nearest integer, ties away from zero
   // NaN passes the clamp; converting it to int is undefined, so convert 0 instead: r below is NaN
   // all the same and so is the result.

@@ -157,7 +157,7 @@ TEST(Activation, NanInNanOut) {
 
 // exp_approx against double-precision exp: within 1 ulp of f32 over its clamped range (a step of
 // 2^-10 from kExpLo up, plus the clamp points); saturated, never infinite, above kExpHi (the scale
-// 2^n stays <= 2^127, where VSCALEFPS and a multiply by 2^n's bits agree).
+// 2^n stays <= 2^127).
 TEST(Activation, ExpApproxIsWithinOneUlpAndSaturatesFinite) {
   double worst = 0;
   for (double x = kExpLo; x <= kExpHi; x += 1.0 / 1024) {

@@ -27,7 +27,7 @@ struct ActMath {
   // function, where converting NaN is undefined): r, p and the result are x's NaN all the same.
   static F exp(F x) {
     x = V::min_else(c(kExpHi), V::max_else(c(kExpLo), x));
-    const F t = V::mul(x, c(1.44269504088896341f));
+    const F t = V::mul(x, c(kLog2e));
     const typename V::I ni = V::trunc_i32(V::add(t, V::half_with_sign(t)));
     const F n = V::to_f(ni);
     const F r = V::fma(n, c(2.12194440e-4f), V::fma(n, c(-0.693359375f), x));
