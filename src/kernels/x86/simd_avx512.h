@@ -61,7 +61,7 @@ struct Avx512 {
   static F load_bf16(const bf16* p) { return load_bf16_n(p, L); }
   // Round to nearest even exactly as moe::to_bf16 (VCVTNEPS2BF16 is not used:
   // it flushes denormal inputs to zero).
-  static __m256i round_bf16(F v) {
+  [[gnu::always_inline]] static __m256i round_bf16(F v) {
     const I u = _mm512_castps_si512(v);
     const I hi = _mm512_srli_epi32(u, 16);
     const I lsb = _mm512_and_si512(hi, _mm512_set1_epi32(1));

@@ -11,12 +11,14 @@
 namespace moe::x86 {
 
 struct Avx512Bf16 : Avx512 {
-  // The denormal vectors' path out of line, so the rounding stays small enough to inline into the
-  // row loops (their stores were calls otherwise).
-  [[gnu::noinline, gnu::cold]] static __m256i round_bf16_exact(F v) { return Avx512::round_bf16(v); }
+  // Inlined whole, the denormal vectors' path included, so the row loops inline their bf16 stores
+  // and no call is left in a tile's epilogue: the x86-64 ABI saves no vector register across a call,
+  // and with one after the loop GCC 12 kept three of the 6 x 4 bf16 tile's 24 accumulators on the
+  // stack through every step (a load and a store each per step): avx512_bf16's bf16-output GEMMs ran
+  // 1.3x slower on a Zen 5 (docs/benchmarks.md, 2026-12-08). scripts/check_tile_loops.sh checks it.
   [[gnu::always_inline]] static __m256i round_bf16(F v) {
     if (_mm512_fpclass_ps_mask(v, 0x20)) [[unlikely]]  // 0x20: denormal
-      return round_bf16_exact(v);
+      return Avx512::round_bf16(v);
     return reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(v));
   }
   static void store_bf16(bf16* p, F v) { _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), round_bf16(v)); }
