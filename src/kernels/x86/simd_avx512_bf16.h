@@ -15,7 +15,7 @@ struct Avx512Bf16 : Avx512 {
   // and no call is left in a tile's epilogue: the x86-64 ABI saves no vector register across a call,
   // and with one after the loop GCC 12 kept three of the 6 x 4 bf16 tile's 24 accumulators on the
   // stack through every step (a load and a store each per step): avx512_bf16's bf16-output GEMMs ran
-  // 1.3x slower on a Zen 5 (docs/benchmarks.md, 2026-12-08). scripts/check_tile_loops.sh checks it.
+  // 1.3x slower on a Zen 5 (docs/benchmarks.md, 2026-12-08). scripts/check_tile_loops.py checks it.
   [[gnu::always_inline]] static __m256i round_bf16(F v) {
     if (_mm512_fpclass_ps_mask(v, 0x20)) [[unlikely]]  // 0x20: denormal
       return Avx512::round_bf16(v);
